@@ -3,4 +3,10 @@
 // on every poll) and what does it contain (an Artifact, fetched only when the
 // revision moved). Sub-packages implement it for git, OCI and local folders.
 // Everything downstream (render, stages) only ever sees an Artifact.
+//
+// Every source builds its Artifact.FS with a MemFSBuilder, the one place that
+// enforces what an artifact may hold (regular files inside the root, within
+// Limits), and wraps ErrAuth, ErrNotFound, ErrRefused or ErrInvalid into
+// failures that retrying cannot fix, so that the reconciler can tell them
+// from transient ones with IsStalled.
 package sources

@@ -1,0 +1,271 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ClusterDeploymentKind is the kind of ClusterDeployment objects.
+const ClusterDeploymentKind = "ClusterDeployment"
+
+// ClusterDeploymentSpec says which overlay describes a cluster, from which
+// source, and in which stages it is applied.
+type ClusterDeploymentSpec struct {
+	// Source is where the overlay is read from. When empty, the deployment
+	// uses the root source of the daemon that discovered it (`capstan run
+	// --source`), and Path is relative to that source's root.
+	// +optional
+	Source *SourceSpec `json:"source,omitempty"`
+
+	// Path is the kustomize overlay directory inside the source artifact.
+	// +kubebuilder:validation:MinLength=1
+	Path string `json:"path"`
+
+	// Substitute holds values for ${VAR} post-build substitution.
+	// +optional
+	Substitute map[string]string `json:"substitute,omitempty"`
+
+	// Profile names a built-in stage plan. Ignored when Stages is set.
+	// +optional
+	Profile string `json:"profile,omitempty"`
+
+	// Stages is an explicit, ordered stage plan. A stage's objects are not
+	// applied before every earlier stage is Ready.
+	// +optional
+	Stages []StageSpec `json:"stages,omitempty"`
+
+	// Interval is how often the source is polled for a new revision and the
+	// plan walked again. Defaults to 1m.
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
+
+	// Suspend stops reconciling this deployment; nothing is fetched or applied.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+}
+
+// SourceSpec names one source; exactly one field is set.
+type SourceSpec struct {
+	// Git reads the overlay from a git repository.
+	// +optional
+	Git *GitSource `json:"git,omitempty"`
+}
+
+// GitSource is a branch of a git repository.
+type GitSource struct {
+	// URL of the repository: https://, http://, ssh://, git://, file:// or
+	// the scp-like user@host:path.
+	// +kubebuilder:validation:MinLength=1
+	URL string `json:"url"`
+
+	// Ref selects what to check out.
+	// +optional
+	Ref GitRef `json:"ref,omitempty"`
+
+	// SecretRef names a Secret in the deployment's namespace with the
+	// credentials: `username` and `password` (or a token as password) for
+	// https, `identity` and `known_hosts` for ssh.
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+}
+
+// GitRef selects a revision of a git repository.
+type GitRef struct {
+	// Branch to follow. Defaults to main.
+	// +optional
+	Branch string `json:"branch,omitempty"`
+}
+
+// LocalObjectReference names an object in the same namespace.
+type LocalObjectReference struct {
+	// Name of the object.
+	Name string `json:"name"`
+}
+
+// StageAction is what a stage does with its objects.
+// +kubebuilder:validation:Enum=apply;wait;validate;rollout;scale;pivot;delete
+type StageAction string
+
+const (
+	// StageActionApply applies the stage's objects with server-side apply,
+	// then waits until they are ready.
+	StageActionApply StageAction = "apply"
+	// StageActionWait applies nothing and waits until the selected objects,
+	// applied by an earlier stage, are ready.
+	StageActionWait StageAction = "wait"
+	// StageActionValidate runs preflight checks over the rendered objects.
+	StageActionValidate StageAction = "validate"
+	// StageActionRollout deploys LCM machines in order and in batches.
+	StageActionRollout StageAction = "rollout"
+	// StageActionScale disables or enables controllers.
+	StageActionScale StageAction = "scale"
+	// StageActionPivot moves the cluster's objects into the cluster it built.
+	StageActionPivot StageAction = "pivot"
+	// StageActionDelete deletes the selected objects.
+	StageActionDelete StageAction = "delete"
+)
+
+// StageSpec is one step of a plan.
+type StageSpec struct {
+	// Name identifies the stage in status, metrics and the
+	// `capstan.dev/stage` label or annotation.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9-]{0,62}$`
+	Name string `json:"name"`
+
+	// Action is what the stage does. Defaults to apply.
+	// +optional
+	Action StageAction `json:"action,omitempty"`
+
+	// Select picks the rendered objects that belong to this stage, in
+	// addition to those labelled or annotated `capstan.dev/stage: <name>`.
+	// +optional
+	Select Selector `json:"select,omitempty"`
+
+	// ReadyWhen lists checks that must all hold for the stage to be Ready.
+	// Objects no check applies to are ready when kstatus says Current.
+	// +optional
+	ReadyWhen []ReadinessCheck `json:"readyWhen,omitempty"`
+
+	// StuckAfter marks the stage stuck, for alerting, once it has been in
+	// progress this long. The stage keeps retrying.
+	// +optional
+	StuckAfter *metav1.Duration `json:"stuckAfter,omitempty"`
+
+	// Timeout, when set, fails the deployment (Stalled) once the stage has
+	// been in progress this long. By default a stage never times out.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// Selector picks rendered objects. Every set field must match; within a
+// list, any entry may match. An empty selector matches nothing.
+type Selector struct {
+	// Kinds matches the object kind, as `Kind` or `group/Kind`.
+	// +optional
+	Kinds []string `json:"kinds,omitempty"`
+
+	// Names matches metadata.name.
+	// +optional
+	Names []string `json:"names,omitempty"`
+
+	// LabelSelector matches labels.
+	// +optional
+	LabelSelector *metav1.LabelSelector `json:"labelSelector,omitempty"`
+}
+
+// ReadinessCheck is a CEL expression that must be true for every object of
+// the stage it applies to. The object is bound to `object`.
+type ReadinessCheck struct {
+	// CEL is the expression, e.g. `object.status.infrastructureReady == true`.
+	// +kubebuilder:validation:MinLength=1
+	CEL string `json:"cel"`
+
+	// Kind limits the check to objects of this kind (`Kind` or `group/Kind`).
+	// +optional
+	Kind string `json:"kind,omitempty"`
+
+	// Message explains what is being waited for, shown while the check is false.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// StageState is where a stage is in its life.
+type StageState string
+
+const (
+	// StagePending has not started: an earlier stage is not Ready yet.
+	StagePending StageState = "Pending"
+	// StageInProgress has applied its objects and waits for them.
+	StageInProgress StageState = "InProgress"
+	// StageReady has all its checks holding for the recorded revision.
+	StageReady StageState = "Ready"
+	// StageFailed failed its last attempt; it is retried with backoff.
+	StageFailed StageState = "Failed"
+)
+
+// StageStatus records one stage's progress.
+type StageStatus struct {
+	// Name of the stage.
+	Name string `json:"name"`
+	// State of the stage.
+	State StageState `json:"state"`
+	// Revision the stage was last worked on at.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+	// StartedAt is when the stage first left Pending for this revision.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// FinishedAt is when the stage became Ready.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// Attempts counts the attempts at this revision.
+	// +optional
+	Attempts int32 `json:"attempts,omitempty"`
+	// Objects is how many rendered objects belong to the stage.
+	// +optional
+	Objects int32 `json:"objects,omitempty"`
+	// Message says what the stage waits for or why it failed.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Stuck is set once the stage has been in progress longer than stuckAfter.
+	// +optional
+	Stuck bool `json:"stuck,omitempty"`
+}
+
+// Condition types, following the kstatus conventions.
+const (
+	// ConditionReady is True once every stage is Ready at the current revision.
+	ConditionReady = "Ready"
+	// ConditionReconciling is True while stages are being worked on.
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True when progress needs a human: bad input, a
+	// missing CRD, a hard timeout.
+	ConditionStalled = "Stalled"
+)
+
+// ClusterDeploymentStatus is what the reconciler observed and did.
+type ClusterDeploymentStatus struct {
+	// ObservedGeneration is the generation last reconciled.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Revision is the source revision the stages below refer to.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+	// CurrentStage is the first stage that is not Ready.
+	// +optional
+	CurrentStage string `json:"currentStage,omitempty"`
+	// Stages holds one entry per stage of the plan, in plan order.
+	// +optional
+	Stages []StageStatus `json:"stages,omitempty"`
+	// Conditions are Ready, Reconciling and Stalled.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ClusterDeployment is one cluster's desired state and rollout progress.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=cd;cds,categories=capstan
+// +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.revision`
+// +kubebuilder:printcolumn:name="Stage",type=string,JSONPath=`.status.currentStage`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ClusterDeployment struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ClusterDeploymentSpec   `json:"spec,omitempty"`
+	Status ClusterDeploymentStatus `json:"status,omitempty"`
+}
+
+// ClusterDeploymentList is a list of ClusterDeployments.
+//
+// +kubebuilder:object:root=true
+type ClusterDeploymentList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterDeployment `json:"items"`
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"sigs.k8s.io/yaml"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/render"
+	"github.com/capstan-dev/capstan/stages"
+)
+
+// renderFlags select what to render and how to print it.
+type renderFlags struct {
+	root       string
+	deployment string
+	output     string
+	substitute []string
+}
+
+func (f *renderFlags) BindFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&f.root, "root", ".", "directory that plays the source artifact's root; PATH is relative to it")
+	fs.StringVarP(&f.deployment, "cluster-deployment", "f", "", "ClusterDeployment file whose path, substitutions and stages to use")
+	fs.StringVarP(&f.output, "output", "o", "yaml", "output format: yaml or json")
+	fs.StringArrayVar(&f.substitute, "substitute", nil, "VAR=value for ${VAR} substitution (repeatable)")
+}
+
+func newRenderCommand() *cobra.Command {
+	var f renderFlags
+	cmd := &cobra.Command{
+		Use:   "render [PATH]",
+		Short: "Print the objects a path renders to, grouped by stage",
+		Long: `Render builds a kustomize overlay the way the daemon does (no plugins, no
+network, nothing outside --root) and prints its objects grouped by the stage
+that applies them. With -f, the path, substitutions and stages come from a
+ClusterDeployment file.`,
+		Example: `  capstan render --root examples clusters/mgmt
+  capstan render --root examples -f examples/clusters/mgmt/clusterdeployment.yaml`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			spec, err := f.spec(args)
+			if err != nil {
+				return err
+			}
+			opts := render.DefaultOptions()
+			opts.Path = spec.Path
+			opts.Substitute = spec.Substitute
+			objs, err := render.Build(cmd.Context(), os.DirFS(f.root), opts)
+			if err != nil {
+				return fmt.Errorf("render %s: %w", filepath.Join(f.root, spec.Path), err)
+			}
+			specs, err := stages.StageSpecs(spec)
+			if err != nil {
+				return err
+			}
+			plan, err := stages.BuildPlan(specs, objs)
+			if err != nil {
+				return fmt.Errorf("plan: %w", err)
+			}
+			return printPlan(cmd.OutOrStdout(), plan, f.output)
+		},
+	}
+	f.BindFlags(cmd.Flags())
+	return cmd
+}
+
+func (f *renderFlags) spec(args []string) (capstanv1.ClusterDeploymentSpec, error) {
+	var spec capstanv1.ClusterDeploymentSpec
+	if f.deployment != "" {
+		data, err := os.ReadFile(f.deployment)
+		if err != nil {
+			return spec, err
+		}
+		var cd capstanv1.ClusterDeployment
+		if err := yaml.UnmarshalStrict(data, &cd); err != nil {
+			return spec, fmt.Errorf("%s: %w", f.deployment, err)
+		}
+		if cd.Kind != capstanv1.ClusterDeploymentKind {
+			return spec, fmt.Errorf("%s: kind is %q, expected %s", f.deployment, cd.Kind, capstanv1.ClusterDeploymentKind)
+		}
+		spec = cd.Spec
+	}
+	if len(args) == 1 {
+		spec.Path = args[0]
+	}
+	if spec.Path == "" {
+		return spec, fmt.Errorf("no path to render: give PATH or -f with spec.path")
+	}
+	for _, kv := range f.substitute {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return spec, fmt.Errorf("--substitute %q: expected VAR=value", kv)
+		}
+		if spec.Substitute == nil {
+			spec.Substitute = map[string]string{}
+		}
+		spec.Substitute[k] = v
+	}
+	return spec, nil
+}
+
+type renderedStage struct {
+	Name    string           `json:"name"`
+	Action  string           `json:"action"`
+	Objects []map[string]any `json:"objects"`
+}
+
+func printPlan(w io.Writer, plan *stages.Plan, format string) error {
+	switch format {
+	case "json":
+		out := make([]renderedStage, len(plan.Stages))
+		for i, s := range plan.Stages {
+			out[i] = renderedStage{Name: s.Name, Action: string(s.Action)}
+			for _, o := range s.Objects {
+				out[i].Objects = append(out[i].Objects, o.Object)
+			}
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	case "yaml":
+		for _, s := range plan.Stages {
+			fmt.Fprintf(w, "# stage %s (%s, %d objects)\n", s.Name, s.Action, len(s.Objects))
+			for _, o := range s.Objects {
+				data, err := yaml.Marshal(o.Object)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(w, "---\n%s", data)
+			}
+		}
+		return nil
+	default:
+		return fmt.Errorf("--output %q: expected yaml or json", format)
+	}
+}

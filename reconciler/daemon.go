@@ -1,0 +1,167 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/stages"
+)
+
+// Options configure a Daemon.
+type Options struct {
+	// Config reaches the cluster Capstan manages objects in.
+	Config *rest.Config
+	// Root, when set, is the root source whose ClusterDeployments the daemon applies.
+	Root *RootOptions
+	// MetricsAddr serves Prometheus metrics; "0" disables it.
+	MetricsAddr string
+	// HealthAddr serves /healthz and /readyz; "0" disables it.
+	HealthAddr string
+	// Workers is how many deployments are reconciled at once.
+	Workers int
+	// ApplyConcurrency is how many objects one stage applies in parallel.
+	ApplyConcurrency int
+	// Reconciler tunes the loop.
+	Reconciler ReconcilerOptions
+}
+
+// DefaultOptions returns the options `capstan run` starts with.
+func DefaultOptions() Options {
+	return Options{
+		MetricsAddr:      ":8080",
+		HealthAddr:       ":8081",
+		Workers:          4,
+		ApplyConcurrency: 16,
+		Reconciler:       DefaultReconcilerOptions(),
+	}
+}
+
+// Daemon is the long-running Capstan process: the ClusterDeployment
+// controller and, when configured, the root source.
+type Daemon struct {
+	manager    manager.Manager
+	reconciler *Reconciler
+	stop       chan struct{}
+	stopOnce   sync.Once
+	done       chan struct{}
+}
+
+// Scheme returns a scheme with the built-in kinds and Capstan's API.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = capstanv1.AddToScheme(s)
+	return s
+}
+
+// New builds a daemon; nothing runs until Run.
+func New(opts Options) (*Daemon, error) {
+	if opts.Config == nil {
+		return nil, errors.New("new daemon: no cluster config")
+	}
+	if opts.Reconciler.Now == nil {
+		opts.Reconciler = DefaultReconcilerOptions()
+	}
+	scheme := Scheme()
+	mgr, err := ctrl.NewManager(opts.Config, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: opts.MetricsAddr},
+		HealthProbeBindAddress: opts.HealthAddr,
+		Client: client.Options{Cache: &client.CacheOptions{
+			// Secrets are read once per source change; caching every
+			// Secret in the cluster would cost memory and RBAC.
+			DisableFor: []client.Object{&corev1.Secret{}},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new daemon: create manager: %w", err)
+	}
+	if opts.HealthAddr != "0" {
+		if err := mgr.AddHealthzCheck("ping", func(_ *http.Request) error { return nil }); err != nil {
+			return nil, err
+		}
+		if err := mgr.AddReadyzCheck("ping", func(_ *http.Request) error { return nil }); err != nil {
+			return nil, err
+		}
+	}
+	direct, err := client.NewWithWatch(opts.Config, client.Options{Scheme: scheme, Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return nil, fmt.Errorf("new daemon: create client: %w", err)
+	}
+	r := &Reconciler{
+		client:   mgr.GetClient(),
+		executor: stages.NewExecutor(direct, stages.WithConcurrency(opts.ApplyConcurrency)),
+		sources:  newSourceCache(),
+		events:   mgr.GetEventRecorder("capstan"),
+		opts:     opts.Reconciler,
+	}
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = 4
+	}
+	err = ctrl.NewControllerManagedBy(mgr).
+		For(&capstanv1.ClusterDeployment{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		Complete(r)
+	if err != nil {
+		return nil, fmt.Errorf("new daemon: register controller: %w", err)
+	}
+	if opts.Root != nil {
+		root, err := newRootSource(*opts.Root, mgr.GetClient(), r.sources)
+		if err != nil {
+			return nil, fmt.Errorf("new daemon: %w", err)
+		}
+		if err := mgr.Add(root); err != nil {
+			return nil, fmt.Errorf("new daemon: add root source: %w", err)
+		}
+	}
+	return &Daemon{manager: mgr, reconciler: r, stop: make(chan struct{}), done: make(chan struct{})}, nil
+}
+
+// Reconciler returns the daemon's reconciler (for its Stats).
+func (d *Daemon) Reconciler() *Reconciler { return d.reconciler }
+
+// Run serves until ctx ends or Close is called.
+func (d *Daemon) Run(ctx context.Context) error {
+	defer close(d.done)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-d.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return d.manager.Start(ctx)
+}
+
+// Close stops a running daemon and waits until Run has returned, at most
+// 30 s. Call it only after Run was started.
+func (d *Daemon) Close() error {
+	d.stopOnce.Do(func() { close(d.stop) })
+	select {
+	case <-d.done:
+		return nil
+	case <-time.After(30 * time.Second):
+		return errors.New("close daemon: still running after 30s")
+	}
+}

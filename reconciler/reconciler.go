@@ -1,0 +1,243 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/render"
+	"github.com/capstan-dev/capstan/sources"
+	"github.com/capstan-dev/capstan/stages"
+)
+
+// DefaultInterval is how often a deployment's source is polled when its
+// spec sets no interval.
+const DefaultInterval = time.Minute
+
+// Stats counts the expensive things the reconciler did, for tests and
+// benchmarks that assert a no-op reconcile stays a no-op.
+type Stats struct {
+	Fetches int64
+	Renders int64
+}
+
+// Reconciler walks the stages of one ClusterDeployment per call.
+type Reconciler struct {
+	client   client.Client
+	executor *stages.Executor
+	sources  *sourceCache
+	events   recorder.EventRecorder
+	opts     ReconcilerOptions
+
+	fetches  atomic.Int64
+	renders  atomic.Int64
+	failures failureCounter
+}
+
+// ReconcilerOptions tune the loop.
+type ReconcilerOptions struct {
+	// WaitSlice bounds how long one attempt waits on watch events for a
+	// stage to become ready before it records progress and yields.
+	WaitSlice time.Duration
+	// RetryBase and RetryMax bound the exponential backoff after a failure.
+	RetryBase, RetryMax time.Duration
+	// Now returns the current time (for tests).
+	Now func() time.Time
+}
+
+// DefaultReconcilerOptions returns the options the daemon runs with.
+func DefaultReconcilerOptions() ReconcilerOptions {
+	return ReconcilerOptions{
+		WaitSlice: 30 * time.Second,
+		RetryBase: time.Second,
+		RetryMax:  5 * time.Minute,
+		Now:       time.Now,
+	}
+}
+
+// Stats returns what the reconciler has done so far.
+func (r *Reconciler) Stats() Stats {
+	return Stats{Fetches: r.fetches.Load(), Renders: r.renders.Load()}
+}
+
+// attempt carries one reconcile's state from step to step.
+type attempt struct {
+	cd       *capstanv1.ClusterDeployment
+	source   *sourceEntry
+	revision string
+	artifact *sources.Artifact
+	objects  []*unstructured.Unstructured
+	plan     *stages.Plan
+	// requeue is when to come back; zero means the poll interval.
+	requeue time.Duration
+}
+
+// step is one part of a reconcile. done ends the walk early without error.
+type step func(ctx context.Context, a *attempt) (done bool, err error)
+
+// Reconcile implements reconcile.Reconciler.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	cd := &capstanv1.ClusterDeployment{}
+	if err := r.client.Get(ctx, req.NamespacedName, cd); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if cd.Spec.Suspend || !cd.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	a := &attempt{cd: cd}
+	steps := []step{r.checkSource, r.fetchArtifact, r.renderObjects, r.buildPlan, r.walkStages}
+	for _, s := range steps {
+		done, err := s(ctx, a)
+		if err != nil {
+			return r.fail(ctx, a, err)
+		}
+		if done {
+			break
+		}
+	}
+	return reconcile.Result{RequeueAfter: r.requeueAfter(a)}, nil
+}
+
+func (r *Reconciler) requeueAfter(a *attempt) time.Duration {
+	if a.requeue > 0 {
+		return a.requeue
+	}
+	return interval(a.cd)
+}
+
+func interval(cd *capstanv1.ClusterDeployment) time.Duration {
+	if cd.Spec.Interval != nil && cd.Spec.Interval.Duration > 0 {
+		return cd.Spec.Interval.Duration
+	}
+	return DefaultInterval
+}
+
+// checkSource asks the remote for its revision, and ends the reconcile
+// when nothing changed since the last complete walk: same revision, same
+// generation, every stage Ready, or stalled on this very input. That no-op
+// costs one remote check and no API write.
+func (r *Reconciler) checkSource(ctx context.Context, a *attempt) (bool, error) {
+	src, err := r.sourceFor(ctx, a.cd)
+	if err != nil {
+		return false, err
+	}
+	a.source = src
+	rev, err := src.revision(ctx)
+	if err != nil {
+		return false, fmt.Errorf("check source: %w", err)
+	}
+	a.revision = rev
+	st := a.cd.Status
+	if st.Revision == rev && st.ObservedGeneration == a.cd.Generation {
+		if conditionTrue(a.cd, capstanv1.ConditionReady) || conditionTrue(a.cd, capstanv1.ConditionStalled) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func (r *Reconciler) fetchArtifact(ctx context.Context, a *attempt) (bool, error) {
+	art, fetched, err := a.source.fetch(ctx, a.revision)
+	if err != nil {
+		return false, fmt.Errorf("fetch %s: %w", a.revision, err)
+	}
+	if fetched {
+		r.fetches.Add(1)
+	}
+	a.artifact = art
+	// The remote may have moved between the check and the fetch; the
+	// artifact's revision is the one that is rendered and recorded.
+	a.revision = art.Revision
+	return false, nil
+}
+
+func (r *Reconciler) renderObjects(ctx context.Context, a *attempt) (bool, error) {
+	r.renders.Add(1)
+	opts := render.DefaultOptions()
+	opts.Path = a.cd.Spec.Path
+	opts.Substitute = a.cd.Spec.Substitute
+	objs, err := render.Build(ctx, a.artifact.FS, opts)
+	if err != nil {
+		return false, stages.Stalled(fmt.Errorf("render %s at %s: %w", a.cd.Spec.Path, a.revision, err))
+	}
+	a.objects = objs
+	return false, nil
+}
+
+func (r *Reconciler) buildPlan(_ context.Context, a *attempt) (bool, error) {
+	specs, err := stages.StageSpecs(a.cd.Spec)
+	if err != nil {
+		return false, stages.Stalled(err)
+	}
+	plan, err := stages.BuildPlan(specs, a.objects)
+	if err != nil {
+		return false, stages.Stalled(fmt.Errorf("plan: %w", err))
+	}
+	a.plan = plan
+	return false, nil
+}
+
+// fail records a failed attempt: the Ready condition says why, Stalled is
+// set when a retry cannot help, and the next attempt is scheduled with
+// exponential backoff (or after the poll interval when stalled, since only
+// a new revision or spec can fix it).
+func (r *Reconciler) fail(ctx context.Context, a *attempt, err error) (reconcile.Result, error) {
+	logger := log.FromContext(ctx)
+	cd := a.cd
+	before := cd.DeepCopy()
+	if a.revision != "" {
+		cd.Status.Revision = a.revision
+	}
+	cd.Status.ObservedGeneration = cd.Generation
+	isStalled := stages.IsStalled(err) || sources.IsStalled(err)
+	msg := err.Error()
+	setCondition(cd, capstanv1.ConditionReady, false, reasonFor(err), msg)
+	if isStalled {
+		setCondition(cd, capstanv1.ConditionStalled, true, reasonFor(err), msg)
+		setCondition(cd, capstanv1.ConditionReconciling, false, reasonFor(err), msg)
+	} else {
+		setCondition(cd, capstanv1.ConditionStalled, false, "Retrying", "")
+		setCondition(cd, capstanv1.ConditionReconciling, true, reasonFor(err), msg)
+	}
+	if perr := r.patchStatus(ctx, before, cd); perr != nil {
+		logger.Error(perr, "record failure in status")
+	}
+	logger.Error(err, "reconcile failed", "revision", a.revision, "stalled", isStalled)
+	r.events.Eventf(cd, nil, "Warning", reasonFor(err), "Reconcile", "%s", msg)
+	if isStalled {
+		return reconcile.Result{RequeueAfter: interval(cd)}, nil
+	}
+	return reconcile.Result{RequeueAfter: r.backoff(r.failures.inc(client.ObjectKeyFromObject(cd)))}, nil
+}
+
+func (r *Reconciler) backoff(attempts int) time.Duration {
+	d := r.opts.RetryBase
+	for i := 1; i < attempts && d < r.opts.RetryMax; i++ {
+		d *= 2
+	}
+	return min(d, r.opts.RetryMax)
+}
+
+func reasonFor(err error) string {
+	var renderErr *render.Error
+	switch {
+	case errors.As(err, &renderErr):
+		return "RenderFailed"
+	case stages.IsStalled(err):
+		return "Stalled"
+	case apierrors.IsNotFound(err):
+		return "NotFound"
+	default:
+		return "ReconcileFailed"
+	}
+}

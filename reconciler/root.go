@@ -1,0 +1,178 @@
+package reconciler
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/render"
+	"github.com/capstan-dev/capstan/sources"
+	"github.com/capstan-dev/capstan/sources/git"
+)
+
+// RootLabel marks ClusterDeployments applied from a root source; its value
+// identifies the root (a hash of URL, branch and path).
+const RootLabel = "capstan.dev/root"
+
+// RootFileAnnotation records the file a root ClusterDeployment came from.
+const RootFileAnnotation = "capstan.dev/source-file"
+
+// rootFieldManager applies root ClusterDeployments, apart from the
+// reconciler's own status writes.
+const rootFieldManager = "capstan-root"
+
+// RootOptions name the root source: one branch of one repository, and the
+// path under which every committed ClusterDeployment is managed.
+type RootOptions struct {
+	URL, Branch, Path string
+	Auth              git.Auth
+	// Namespace is given to ClusterDeployments that name none.
+	Namespace string
+	// Interval is how often the root is polled.
+	Interval time.Duration
+	// Source overrides the git source built from URL (tests, other kinds).
+	Source sources.Source
+}
+
+// rootSource is a manager runnable that keeps the set of ClusterDeployments
+// in the cluster equal to the set committed under the root path. A
+// deployment removed from git is deleted from the cluster, which stops
+// managing it; the objects it applied stay (there is no pruning).
+type rootSource struct {
+	opts   RootOptions
+	id     string
+	client client.Client
+	entry  *sourceEntry
+	last   string
+}
+
+func newRootSource(opts RootOptions, c client.Client, cache *sourceCache) (*rootSource, error) {
+	if opts.Branch == "" {
+		opts.Branch = "main"
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = "capstan-system"
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = DefaultInterval
+	}
+	src := opts.Source
+	if src == nil {
+		var err error
+		if src, err = git.New(git.Options{URL: opts.URL, Branch: opts.Branch, Auth: opts.Auth}); err != nil {
+			return nil, fmt.Errorf("root source: %w", err)
+		}
+	}
+	cache.set(rootSourceKey, src)
+	entry, _ := cache.lookup(rootSourceKey)
+	sum := sha256.Sum256([]byte(opts.URL + "\x00" + opts.Branch + "\x00" + path.Clean(opts.Path)))
+	return &rootSource{opts: opts, id: hex.EncodeToString(sum[:])[:16], client: c, entry: entry}, nil
+}
+
+// Start polls the root until ctx ends.
+func (s *rootSource) Start(ctx context.Context) error {
+	logger := log.FromContext(ctx).WithName("root")
+	ticker := time.NewTicker(s.opts.Interval)
+	defer ticker.Stop()
+	for {
+		if err := s.sync(ctx); err != nil && ctx.Err() == nil {
+			logger.Error(err, "sync root source", "url", redact(s.opts.URL), "path", s.opts.Path)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// NeedLeaderElection makes only the leader apply root deployments.
+func (s *rootSource) NeedLeaderElection() bool { return true }
+
+func (s *rootSource) sync(ctx context.Context) error {
+	rev, err := s.entry.revision(ctx)
+	if err != nil {
+		return fmt.Errorf("check root source: %w", err)
+	}
+	if rev == s.last {
+		return nil
+	}
+	art, _, err := s.entry.fetch(ctx, rev)
+	if err != nil {
+		return fmt.Errorf("fetch root source %s: %w", rev, err)
+	}
+	objs, loadErr := render.LoadManifests(art.FS, s.opts.Path, func(apiVersion, kind string) bool {
+		return apiVersion == capstanv1.GroupVersion.String() && kind == capstanv1.ClusterDeploymentKind
+	})
+	var errs []error
+	if loadErr != nil {
+		errs = append(errs, fmt.Errorf("read ClusterDeployments under %s at %s: %w", s.opts.Path, art.Revision, loadErr))
+	}
+	keep := map[client.ObjectKey]bool{}
+	for _, obj := range objs {
+		if obj.GetNamespace() == "" {
+			obj.SetNamespace(s.opts.Namespace)
+		}
+		labels := obj.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[RootLabel] = s.id
+		obj.SetLabels(labels)
+		keep[client.ObjectKeyFromObject(obj)] = true
+		if err := s.apply(ctx, obj); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// With a file that could not be read, the set is incomplete: deleting
+	// what is missing could stop managing a cluster whose file is only broken.
+	if loadErr == nil {
+		if err := s.forgetRemoved(ctx, keep); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		s.last = rev
+		log.FromContext(ctx).Info("root source synced", "revision", rev, "deployments", len(objs))
+	}
+	return errors.Join(errs...)
+}
+
+func (s *rootSource) apply(ctx context.Context, obj *unstructured.Unstructured) error {
+	obj.SetManagedFields(nil)
+	if err := s.client.Patch(ctx, obj, client.Apply, client.FieldOwner(rootFieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("apply ClusterDeployment %s/%s from %s: %w",
+			obj.GetNamespace(), obj.GetName(), obj.GetAnnotations()[RootFileAnnotation], err)
+	}
+	return nil
+}
+
+func (s *rootSource) forgetRemoved(ctx context.Context, keep map[client.ObjectKey]bool) error {
+	list := &capstanv1.ClusterDeploymentList{}
+	if err := s.client.List(ctx, list, client.MatchingLabels{RootLabel: s.id}); err != nil {
+		return fmt.Errorf("list root ClusterDeployments: %w", err)
+	}
+	var errs []error
+	for i := range list.Items {
+		cd := &list.Items[i]
+		if keep[client.ObjectKeyFromObject(cd)] {
+			continue
+		}
+		if err := s.client.Delete(ctx, cd); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("stop managing ClusterDeployment %s/%s: %w", cd.Namespace, cd.Name, err))
+			continue
+		}
+		log.FromContext(ctx).Info("ClusterDeployment removed from the root source; no longer managed, its objects are kept",
+			"clusterDeployment", cd.Namespace+"/"+cd.Name)
+	}
+	return errors.Join(errs...)
+}

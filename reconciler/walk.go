@@ -1,0 +1,177 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/stages"
+)
+
+// walkStages runs the plan from its first stage that is not Ready at this
+// revision and generation. Stages already Ready pass at once, which makes a
+// restarted daemon resume where the last one stopped. The walk stops at the
+// first stage that is not Ready after its attempt: nothing of a later stage
+// is applied before it.
+func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
+	cd := a.cd
+	owner := stages.Owner{Name: cd.Name, Namespace: cd.Namespace}
+	before := cd.DeepCopy()
+	r.resetStagesIfNew(cd, a)
+	setCondition(cd, capstanv1.ConditionStalled, false, "Progressing", "")
+	if err := r.patchStatus(ctx, before, cd); err != nil {
+		return false, err
+	}
+
+	for i := range a.plan.Stages {
+		stage := &a.plan.Stages[i]
+		st := &cd.Status.Stages[i]
+		if st.State == capstanv1.StageReady {
+			continue
+		}
+		if stuck, err := r.hardTimeout(stage, st); stuck {
+			return false, err
+		}
+		before := cd.DeepCopy()
+		applied := st.State == capstanv1.StageInProgress
+		r.startAttempt(cd, st, stage)
+		if err := r.patchStatus(ctx, before, cd); err != nil {
+			return false, err
+		}
+		if !applied {
+			r.event(cd, "Normal", "StageInProgress", "stage %s started at %s (%d objects)", st.Name, a.revision, st.Objects)
+		}
+
+		waitCtx, cancel := context.WithTimeout(ctx, r.opts.WaitSlice)
+		res := r.executor.Run(waitCtx, stage, owner, stages.RunOptions{SkipApply: applied})
+		cancel()
+
+		before = cd.DeepCopy()
+		r.recordResult(cd, st, stage, res)
+		if err := r.patchStatus(ctx, before, cd); err != nil {
+			return false, err
+		}
+		switch res.State {
+		case capstanv1.StageReady:
+			r.event(cd, "Normal", "StageReady", "stage %s ready after %s", st.Name, st.FinishedAt.Sub(st.StartedAt.Time).Round(time.Millisecond))
+			continue
+		case capstanv1.StageFailed:
+			r.event(cd, "Warning", "StageFailed", "stage %s attempt %d failed: %s", st.Name, st.Attempts, res.Message)
+			if stages.IsStalled(res.Err) {
+				return false, res.Err
+			}
+			a.requeue = r.backoff(int(st.Attempts))
+		default:
+			// Not ready yet: the wait slice already waited on watch events,
+			// so come back soon rather than after the poll interval.
+			a.requeue = time.Second
+		}
+		return true, nil
+	}
+
+	before = cd.DeepCopy()
+	cd.Status.CurrentStage = ""
+	setCondition(cd, capstanv1.ConditionReady, true, "Succeeded", fmt.Sprintf("all %d stages ready at %s", len(a.plan.Stages), a.revision))
+	setCondition(cd, capstanv1.ConditionReconciling, false, "Succeeded", "")
+	if err := r.patchStatus(ctx, before, cd); err != nil {
+		return false, err
+	}
+	r.failures.reset(client.ObjectKeyFromObject(cd))
+	if !conditionTrue(before, capstanv1.ConditionReady) {
+		r.event(cd, "Normal", "Ready", "all %d stages ready at %s", len(a.plan.Stages), a.revision)
+	}
+	log.FromContext(ctx).Info("deployment ready", "revision", a.revision)
+	return true, nil
+}
+
+// resetStagesIfNew starts a new walk when the revision or the spec changed:
+// every stage goes back to Pending. Otherwise the recorded stages are kept
+// (matched by name), so that progress survives restarts.
+func (r *Reconciler) resetStagesIfNew(cd *capstanv1.ClusterDeployment, a *attempt) {
+	same := cd.Status.Revision == a.revision && cd.Status.ObservedGeneration == cd.Generation
+	old := map[string]capstanv1.StageStatus{}
+	if same {
+		for _, st := range cd.Status.Stages {
+			old[st.Name] = st
+		}
+	}
+	next := make([]capstanv1.StageStatus, len(a.plan.Stages))
+	for i, stage := range a.plan.Stages {
+		st, ok := old[stage.Name]
+		if !ok {
+			st = capstanv1.StageStatus{Name: stage.Name, State: capstanv1.StagePending, Revision: a.revision}
+		}
+		st.Objects = int32(len(stage.Objects))
+		next[i] = st
+	}
+	cd.Status.Stages = next
+	cd.Status.Revision = a.revision
+	cd.Status.ObservedGeneration = cd.Generation
+	if !same {
+		setCondition(cd, capstanv1.ConditionReady, false, "Progressing", "new revision "+a.revision)
+		setCondition(cd, capstanv1.ConditionReconciling, true, "Progressing", "new revision "+a.revision)
+	}
+}
+
+func (r *Reconciler) startAttempt(cd *capstanv1.ClusterDeployment, st *capstanv1.StageStatus, stage *stages.Stage) {
+	now := metav1.NewTime(r.opts.Now())
+	if st.StartedAt == nil {
+		st.StartedAt = &now
+	}
+	if st.State != capstanv1.StageInProgress {
+		st.State = capstanv1.StageInProgress
+	}
+	st.Attempts++
+	cd.Status.CurrentStage = st.Name
+	setCondition(cd, capstanv1.ConditionReconciling, true, "Progressing", "stage "+st.Name)
+	st.Stuck = stage.StuckAfter != nil && r.opts.Now().Sub(st.StartedAt.Time) > stage.StuckAfter.Duration
+}
+
+func (r *Reconciler) recordResult(cd *capstanv1.ClusterDeployment, st *capstanv1.StageStatus, stage *stages.Stage, res stages.Result) {
+	st.Message = redact(res.Message)
+	switch res.State {
+	case capstanv1.StageReady:
+		now := metav1.NewTime(r.opts.Now())
+		st.State = capstanv1.StageReady
+		st.FinishedAt = &now
+		st.Stuck = false
+		st.Message = ""
+		if res.ChangeSet != nil {
+			st.Message = summarizeChanges(res)
+		}
+	case capstanv1.StageFailed:
+		st.State = capstanv1.StageFailed
+		setCondition(cd, capstanv1.ConditionReady, false, "StageFailed", fmt.Sprintf("stage %s: %s", st.Name, st.Message))
+	default:
+		st.State = capstanv1.StageInProgress
+		st.Stuck = stage.StuckAfter != nil && r.opts.Now().Sub(st.StartedAt.Time) > stage.StuckAfter.Duration
+		setCondition(cd, capstanv1.ConditionReady, false, "Progressing", fmt.Sprintf("stage %s: %s", st.Name, st.Message))
+	}
+}
+
+// hardTimeout fails the deployment as stalled once a stage with a hard
+// timeout has been in progress longer than it allows.
+func (r *Reconciler) hardTimeout(stage *stages.Stage, st *capstanv1.StageStatus) (bool, error) {
+	if stage.Timeout == nil || st.StartedAt == nil {
+		return false, nil
+	}
+	if elapsed := r.opts.Now().Sub(st.StartedAt.Time); elapsed > stage.Timeout.Duration {
+		return true, stages.Stalled(fmt.Errorf("stage %s: not ready after %s, over its timeout of %s: %s",
+			st.Name, elapsed.Round(time.Second), stage.Timeout.Duration, st.Message))
+	}
+	return false, nil
+}
+
+func summarizeChanges(res stages.Result) string {
+	counts := map[string]int{}
+	for _, e := range res.ChangeSet.Entries {
+		counts[string(e.Action)]++
+	}
+	return fmt.Sprintf("applied: %d created, %d configured, %d unchanged",
+		counts["created"], counts["configured"], counts["unchanged"])
+}

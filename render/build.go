@@ -1,0 +1,166 @@
+package render
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resmap"
+	"sigs.k8s.io/kustomize/api/types"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/kustomize/kyaml/openapi"
+)
+
+// ErrLimit is wrapped by the errors Build returns when the artifact or the
+// build exceeds one of the limits in Options.
+var ErrLimit = errors.New("limit exceeded")
+
+// kustomizeMu serialises kustomize runs. kustomize keeps its OpenAPI schema
+// in process-wide state that a kustomization's "openapi" field replaces, and
+// has had concurrent map access bugs (kubernetes-sigs/kustomize#3659).
+var kustomizeMu sync.Mutex
+
+// Build renders the kustomize overlay at opts.Path inside fsys and returns
+// its objects in kustomize's order: the kustomization's sortOptions if it
+// has them, else kustomize's legacy order (namespaces and CRDs first).
+//
+// fsys is copied into memory first, within opts' limits, and kustomize runs
+// on that copy with plugins, helm and remote bases off and its load
+// restrictions on, so a build reads nothing but fsys and never touches the
+// network. Before kustomize runs, every kustomization reachable from the
+// overlay is checked, and all problems found are returned together, each an
+// *Error naming the file, object and field. Problems kustomize itself finds
+// come back as one *Error naming the overlay's kustomization file.
+//
+// A directory without a kustomization file gets a generated one, as Flux
+// does: it lists every *.yaml and *.yml file below the directory, except
+// that a subdirectory with its own kustomization file is listed as a whole
+// and not descended into. Hidden files and directories are left out.
+//
+// If opts enable it, ${VAR} substitution runs on each object after the
+// build; see substitute.go for the rules.
+//
+// kustomize cannot be interrupted, so ctx is checked between the steps; the
+// limits bound how long the kustomize step itself can take.
+func Build(ctx context.Context, fsys fs.FS, opts Options) ([]*unstructured.Unstructured, error) {
+	opts, err := opts.normalize()
+	if err != nil {
+		return nil, fmt.Errorf("render: invalid options: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	a, err := copyArtifact(ctx, fsys, opts)
+	if err != nil {
+		return nil, err
+	}
+	root := opts.Path
+	if !a.isDir(root) {
+		return nil, &Error{File: root, Err: fmt.Errorf("overlay directory: %w", fs.ErrNotExist)}
+	}
+	kfile, err := a.kustomizationFile(root)
+	if err != nil {
+		return nil, err
+	}
+	if kfile == "" {
+		if kfile, err = a.generateKustomization(root); err != nil {
+			return nil, err
+		}
+	}
+	plan, err := check(ctx, a, root, kfile, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.requestOrigins(kfile); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m, err := runKustomize(a.fs, root, plan.usesOpenAPI)
+	if err != nil {
+		return nil, &Error{File: a.display(kfile), Err: fmt.Errorf("kustomize build: %w", err)}
+	}
+	objs, files, err := toObjects(m, root, plan.keepOrigins)
+	if err != nil {
+		return nil, &Error{File: a.display(kfile), Err: err}
+	}
+	if len(objs) > opts.MaxObjects {
+		return nil, &Error{File: a.display(kfile), Err: fmt.Errorf("build produced %d objects, more than %d: %w", len(objs), opts.MaxObjects, ErrLimit)}
+	}
+	if opts.substitutes() {
+		if err := substituteAll(ctx, objs, files, opts); err != nil {
+			return nil, err
+		}
+	}
+	return objs, nil
+}
+
+// runKustomize builds the kustomization in dir of fsys, turning a panic
+// into an error.
+func runKustomize(fsys filesys.FileSystem, dir string, resetOpenAPI bool) (m resmap.ResMap, err error) {
+	kustomizeMu.Lock()
+	defer kustomizeMu.Unlock()
+	if resetOpenAPI {
+		// A custom schema would otherwise stay in force for later builds.
+		defer openapi.ResetOpenAPI()
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			m, err = nil, fmt.Errorf("kustomize panicked: %v", r)
+		}
+	}()
+	k := krusty.MakeKustomizer(&krusty.Options{
+		Reorder:          krusty.ReorderOptionUnspecified,
+		LoadRestrictions: types.LoadRestrictionsRootOnly,
+		// Builtin plugins only, statically linked; helm stays off because
+		// HelmConfig.Enabled is false.
+		PluginConfig: types.DisabledPluginConfig(),
+	})
+	return k.Run(fsys, path.Join("/", dir))
+}
+
+// toObjects converts kustomize's output and works out each object's file
+// from its origin annotation, which is then removed unless the overlay asked
+// for it itself.
+func toObjects(m resmap.ResMap, root string, keepOrigins bool) ([]*unstructured.Unstructured, []string, error) {
+	resources := m.Resources()
+	files := make([]string, len(resources))
+	for i, res := range resources {
+		origin, err := res.GetOrigin()
+		if err != nil || origin == nil {
+			continue
+		}
+		p := origin.Path
+		if p == "" {
+			p = origin.ConfiguredIn
+		}
+		if p != "" {
+			files[i] = path.Join(root, p)
+		}
+	}
+	if !keepOrigins {
+		if err := m.RemoveOriginAnnotations(); err != nil {
+			return nil, nil, fmt.Errorf("remove origin annotations: %w", err)
+		}
+	}
+	objs := make([]*unstructured.Unstructured, 0, len(resources))
+	for _, res := range m.Resources() {
+		data, err := res.MarshalJSON()
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", res.CurId(), err)
+		}
+		obj := map[string]interface{}{}
+		if err := utiljson.Unmarshal(data, &obj); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", res.CurId(), err)
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: obj})
+	}
+	return objs, files, nil
+}

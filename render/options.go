@@ -1,0 +1,118 @@
+package render
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Defaults for the limits in Options.
+const (
+	// DefaultMaxFiles is the default for Options.MaxFiles.
+	DefaultMaxFiles = 10000
+	// DefaultMaxBytes is the default for Options.MaxBytes.
+	DefaultMaxBytes int64 = 64 << 20
+	// DefaultMaxObjects is the default for Options.MaxObjects.
+	DefaultMaxObjects = 10000
+)
+
+// Options for Build.
+type Options struct {
+	// Path is the overlay directory inside the artifact, relative to its
+	// root, e.g. "./clusters/mgmt". It must stay inside the root.
+	Path string
+	// Substitute holds the values for post-build ${VAR} substitution. A nil
+	// map turns substitution off entirely, so that "${...}" in e.g. shell
+	// scripts inside ConfigMaps is left alone; a non-nil (even empty) map
+	// turns it on, which also applies ${VAR:=default} defaults.
+	Substitute map[string]string
+	// StrictSubstitute makes a ${VAR} without default whose VAR is not in
+	// Substitute an error instead of an empty string. It turns substitution
+	// on even when Substitute is nil.
+	StrictSubstitute bool
+	// MaxFiles is how many regular files the artifact may hold. Zero means
+	// DefaultMaxFiles.
+	MaxFiles int
+	// MaxBytes bounds the total size of the artifact's regular files, and
+	// also the estimated input of the build, where a file counts each time
+	// a kustomization uses it. Zero means DefaultMaxBytes.
+	MaxBytes int64
+	// MaxObjects is how many objects the build may produce, estimated from
+	// the kustomizations before kustomize runs and checked after. Zero means
+	// DefaultMaxObjects.
+	MaxObjects int
+}
+
+// DefaultOptions returns Options for the artifact root with the default
+// limits and substitution off.
+func DefaultOptions() Options {
+	return Options{
+		Path:       ".",
+		MaxFiles:   DefaultMaxFiles,
+		MaxBytes:   DefaultMaxBytes,
+		MaxObjects: DefaultMaxObjects,
+	}
+}
+
+// varName is what a substitution variable must look like; other names could
+// never be referenced as ${NAME}.
+var varName = regexp.MustCompile(`^[_[:alpha:]][_[:alpha:][:digit:]]*$`)
+
+// normalize fills in defaults and reports every invalid option.
+func (o Options) normalize() (Options, error) {
+	var errs []error
+	p, err := cleanRelPath(o.Path)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("path %q: %w", o.Path, err))
+	}
+	o.Path = p
+	if o.MaxFiles == 0 {
+		o.MaxFiles = DefaultMaxFiles
+	}
+	if o.MaxBytes == 0 {
+		o.MaxBytes = DefaultMaxBytes
+	}
+	if o.MaxObjects == 0 {
+		o.MaxObjects = DefaultMaxObjects
+	}
+	if o.MaxFiles < 0 || o.MaxBytes < 0 || o.MaxObjects < 0 {
+		errs = append(errs, errors.New("limits must not be negative"))
+	}
+	names := make([]string, 0, len(o.Substitute))
+	for name := range o.Substitute {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if !varName.MatchString(name) {
+			errs = append(errs, fmt.Errorf("substitute: variable name %q must match %s", name, varName))
+		}
+	}
+	return o, errors.Join(errs...)
+}
+
+// enabled says whether post-build substitution runs.
+func (o Options) substitutes() bool {
+	return o.Substitute != nil || o.StrictSubstitute
+}
+
+var errEscapesRoot = errors.New("leaves the artifact root")
+
+// cleanRelPath cleans a path that must be relative to the artifact root and
+// stay inside it. "" and "./" mean the root, ".".
+func cleanRelPath(p string) (string, error) {
+	if p == "" {
+		return ".", nil
+	}
+	if path.IsAbs(p) {
+		return "", errors.New("must be relative to the artifact root")
+	}
+	c := path.Clean(p)
+	if c == ".." || strings.HasPrefix(c, "../") {
+		return "", errEscapesRoot
+	}
+	return c, nil
+}

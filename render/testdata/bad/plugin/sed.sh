@@ -1,0 +1,3 @@
+#!/bin/sh
+touch /tmp/capstan-render-plugin-ran
+cat

@@ -1,0 +1,112 @@
+package git
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	gogit "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/skeema/knownhosts"
+
+	"github.com/capstan-dev/capstan/sources"
+)
+
+// sourceError carries a message written for the operator (which URL, what
+// to do) while keeping the policy sentinel and go-git's cause reachable
+// through errors.Is and errors.As.
+type sourceError struct {
+	msg  string
+	errs []error
+}
+
+func (e *sourceError) Error() string   { return e.msg }
+func (e *sourceError) Unwrap() []error { return e.errs }
+
+// newError builds the error of op (e.g. "list refs", "fetch") on s. kind is
+// a sources sentinel or nil for a retryable error; hint says what to do.
+func (s *Source) newError(op string, kind error, hint string, cause error) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s branch %s", op, s.display, s.branch)
+	if kind != nil {
+		b.WriteString(": " + kind.Error())
+	}
+	if hint != "" {
+		b.WriteString(": " + hint)
+	}
+	if cause != nil {
+		// Servers end their messages with newlines, and go-git leaves a
+		// dangling ": " when a server sends no message at all.
+		b.WriteString(": " + strings.TrimRight(strings.TrimSpace(cause.Error()), ": "))
+	}
+	e := &sourceError{msg: s.scrub(b.String())}
+	for _, err := range []error{kind, cause} {
+		if err != nil {
+			e.errs = append(e.errs, err)
+		}
+	}
+	return e
+}
+
+// scrub removes the configured password from a message, in case a server
+// or a library ever echoes it. Very short passwords are left alone: they
+// would match ordinary words, and the transports never echo them anyway.
+func (s *Source) scrub(msg string) string {
+	if p := s.opts.Auth.Password; len(p) >= 4 {
+		msg = strings.ReplaceAll(msg, p, "[redacted]")
+	}
+	return msg
+}
+
+// classify turns a go-git error of op into a sourceError with the policy
+// and a hint for the operator.
+func (s *Source) classify(op string, err error) error {
+	hasHTTPCreds := s.opts.Auth.Username != "" || s.opts.Auth.Password != ""
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return s.newError(op, nil, "", err)
+	case errors.Is(err, transport.ErrAuthenticationRequired) && !hasHTTPCreds:
+		return s.newError(op, sources.ErrAuth,
+			"the server requires credentials: set spec.source.git.secretRef with username and password (or a token)", err)
+	case errors.Is(err, transport.ErrAuthenticationRequired), errors.Is(err, transport.ErrAuthorizationFailed):
+		return s.newError(op, sources.ErrAuth,
+			"the server refused the credentials: check username and password (or token) in spec.source.git.secretRef", err)
+	case knownhosts.IsHostKeyChanged(err):
+		return s.newError(op, sources.ErrAuth,
+			"the server's host key does not match known_hosts in spec.source.git.secretRef; if the key was rotated on purpose, update known_hosts", err)
+	case knownhosts.IsHostUnknown(err):
+		return s.newError(op, sources.ErrAuth,
+			"the server's host key is not in known_hosts in spec.source.git.secretRef", err)
+	case strings.Contains(err.Error(), "ssh: unable to authenticate"):
+		return s.newError(op, sources.ErrAuth,
+			"the server refused the ssh key: add its public key as a deploy key, or check identity in spec.source.git.secretRef", err)
+	case errors.Is(err, transport.ErrRepositoryNotFound):
+		return s.newError(op, sources.ErrNotFound,
+			"repository not found (or the credentials may not read it): check spec.source.git.url", err)
+	case errors.Is(err, transport.ErrEmptyRemoteRepository):
+		return s.newError(op, sources.ErrNotFound,
+			"the repository is empty: push branch "+s.branch+" first", nil)
+	case errors.Is(err, gogit.NoMatchingRefSpecError{}), errors.Is(err, plumbing.ErrReferenceNotFound):
+		return s.branchNotFound(op, nil)
+	default:
+		return s.newError(op, nil, "", err)
+	}
+}
+
+// branchNotFound is the error for a branch the remote does not have;
+// branches lists (some of) those it does have.
+func (s *Source) branchNotFound(op string, branches []string) error {
+	hint := "branch " + s.branch + " does not exist on the remote: check spec.source.git.ref.branch or push it"
+	if len(branches) > 0 {
+		const show = 10
+		more := ""
+		if len(branches) > show {
+			more = fmt.Sprintf(" and %d more", len(branches)-show)
+			branches = branches[:show]
+		}
+		hint += " (it has " + strings.Join(branches, ", ") + more + ")"
+	}
+	return s.newError(op, sources.ErrNotFound, hint, nil)
+}

@@ -1,0 +1,147 @@
+package git
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing/transport"
+
+	"github.com/capstan-dev/capstan/sources"
+)
+
+// DefaultBranch is the branch a Source follows when Options.Branch is empty.
+const DefaultBranch = "main"
+
+// Options says which repository and branch a Source follows.
+type Options struct {
+	// URL of the repository: https://, http://, ssh://, git://, file:// or
+	// the scp-like user@host:path. It must not carry a password.
+	URL string
+	// Branch to follow; DefaultBranch when empty.
+	Branch string
+	// Auth holds the credentials, if the remote needs any.
+	Auth Auth
+	// Limits bound the fetched artifact; zero fields take the defaults of
+	// sources.DefaultLimits.
+	Limits sources.Limits
+}
+
+// Auth holds credentials for a remote, as read from a deployment's
+// secretRef. Fields that do not apply to the URL's scheme are ignored, so
+// one secret can serve an https and an ssh URL alike.
+type Auth struct {
+	// Username for HTTP basic auth. When only Password is set (a token),
+	// "git" is sent as the user name, which the common hosts accept.
+	Username string
+	// Password or token for HTTP basic auth.
+	Password string
+	// CABundle is extra PEM certificates to trust for https, on top of the
+	// system pool.
+	CABundle []byte
+	// SSHPrivateKey is an unencrypted PEM private key (OpenSSH, PKCS#1,
+	// PKCS#8) for ssh URLs. Required for ssh.
+	SSHPrivateKey []byte
+	// SSHKnownHosts holds known_hosts lines for the server; required for
+	// ssh, since Capstan never accepts an unknown host key.
+	SSHKnownHosts []byte
+	// SSHUser overrides the user name of ssh URLs; without it the URL's
+	// user is used, or "git".
+	SSHUser string
+}
+
+// Source follows one branch of one git repository.
+type Source struct {
+	url     string // as given, for go-git
+	display string // without user info, for messages
+	scheme  string
+	branch  string
+	auth    transport.AuthMethod
+	opts    Options
+	limits  sources.Limits
+}
+
+var _ sources.Source = (*Source)(nil)
+
+// New checks opts and returns a Source. It does not contact the remote:
+// a bad URL, a missing ssh key or known_hosts fail here (wrapping
+// sources.ErrInvalid), an unreachable server only on the first call.
+func New(opts Options) (*Source, error) {
+	ep, display, err := parseURL(opts.URL)
+	if err != nil {
+		return nil, err
+	}
+	s := &Source{
+		url:     opts.URL,
+		display: display,
+		scheme:  ep.Protocol,
+		branch:  opts.Branch,
+		opts:    opts,
+		limits:  opts.Limits.WithDefaults(),
+	}
+	if s.branch == "" {
+		s.branch = DefaultBranch
+	}
+	if strings.HasPrefix(s.branch, "refs/") || strings.ContainsAny(s.branch, " ~^:?*[\\") {
+		return nil, fmt.Errorf("git source %s: %w: branch %q must be a plain branch name such as main",
+			display, sources.ErrInvalid, s.branch)
+	}
+	if s.auth, err = authMethod(ep, opts.Auth); err != nil {
+		return nil, fmt.Errorf("git source %s: %w", display, err)
+	}
+	return s, nil
+}
+
+// URL returns the repository URL without user info, fit for messages.
+func (s *Source) URL() string { return s.display }
+
+// Branch returns the branch the Source follows.
+func (s *Source) Branch() string { return s.branch }
+
+// parseURL validates a repository URL and returns its endpoint and a form
+// of it without user info. Its errors never quote a password.
+func parseURL(raw string) (*transport.Endpoint, string, error) {
+	if raw == "" {
+		return nil, "", fmt.Errorf("git source: %w: URL is empty", sources.ErrInvalid)
+	}
+	display := raw
+	if scheme, _, ok := strings.Cut(raw, "://"); ok {
+		u, err := url.Parse(raw)
+		if err != nil {
+			// url.Parse quotes the whole URL, password included.
+			return nil, "", fmt.Errorf("git source: %w: URL with scheme %q does not parse", sources.ErrInvalid, scheme)
+		}
+		if _, hasPassword := u.User.Password(); hasPassword {
+			u.User = nil
+			return nil, "", fmt.Errorf("git source %s: %w: the URL holds a password; put credentials in spec.source.git.secretRef instead",
+				u.String(), sources.ErrInvalid)
+		}
+		u.User = nil
+		display = u.String()
+		switch u.Scheme {
+		case "http", "https", "ssh", "git", "file":
+		default:
+			return nil, "", fmt.Errorf("git source %s: %w: unsupported scheme %q; use https, http, ssh, git or file",
+				display, sources.ErrInvalid, u.Scheme)
+		}
+		if u.Scheme != "file" && u.Host == "" {
+			return nil, "", fmt.Errorf("git source %s: %w: URL has no host", display, sources.ErrInvalid)
+		}
+		if u.Scheme == "file" && u.Path == "" {
+			return nil, "", fmt.Errorf("git source %s: %w: file URL has no path", display, sources.ErrInvalid)
+		}
+	}
+	ep, err := transport.NewEndpoint(raw)
+	if err != nil {
+		return nil, "", fmt.Errorf("git source %s: %w: URL does not parse", display, sources.ErrInvalid)
+	}
+	if ep.Protocol == "file" && !strings.HasPrefix(raw, "file://") {
+		return nil, "", fmt.Errorf("git source %s: %w: not a URL; write file://%s for a local repository or user@host:path for ssh",
+			display, sources.ErrInvalid, raw)
+	}
+	if ep.Password != "" || strings.Contains(ep.User, ":") {
+		return nil, "", fmt.Errorf("git source %s:%s: %w: the URL holds a password; put credentials in spec.source.git.secretRef instead",
+			ep.Host, ep.Path, sources.ErrInvalid)
+	}
+	return ep, display, nil
+}

@@ -1,0 +1,230 @@
+package stages
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/fluxcd/pkg/ssa"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+)
+
+// FieldManager is the server-side apply field manager Capstan applies with.
+const FieldManager = "capstan"
+
+// OwnerGroup prefixes the labels that tie applied objects to their
+// ClusterDeployment: capstan.dev/name and capstan.dev/namespace.
+const OwnerGroup = "capstan.dev"
+
+// Owner is the ClusterDeployment a stage runs for.
+type Owner struct {
+	Name      string
+	Namespace string
+}
+
+// Result is what one attempt at a stage did and where it left the stage.
+type Result struct {
+	// Stage is the stage's name.
+	Stage string
+	// State is StageReady, StageInProgress (applied, still waiting; not a
+	// failure) or StageFailed (this attempt failed; Err says why).
+	State capstanv1.StageState
+	// Message says what the stage waits for or why it failed.
+	Message string
+	// ChangeSet lists what the apply created, configured or left unchanged.
+	ChangeSet *ssa.ChangeSet
+	// Err is set when State is StageFailed. IsStalled(Err) tells whether
+	// retrying can help.
+	Err error
+}
+
+// Executor applies and waits for one stage at a time.
+type Executor struct {
+	client      client.WithWatch
+	manager     *ssa.ResourceManager
+	concurrency int
+}
+
+// ExecutorOption configures an Executor.
+type ExecutorOption func(*Executor)
+
+// WithConcurrency sets how many objects are applied in parallel (default 16).
+func WithConcurrency(n int) ExecutorOption {
+	return func(e *Executor) {
+		if n > 0 {
+			e.concurrency = n
+		}
+	}
+}
+
+// NewExecutor returns an Executor that talks to the cluster through c.
+func NewExecutor(c client.WithWatch, opts ...ExecutorOption) *Executor {
+	e := &Executor{
+		client:      c,
+		manager:     ssa.NewResourceManager(c, nil, ssa.Owner{Field: FieldManager, Group: OwnerGroup}),
+		concurrency: 16,
+	}
+	for _, o := range opts {
+		o(e)
+	}
+	return e
+}
+
+// RunOptions tune one attempt at a stage.
+type RunOptions struct {
+	// SkipApply only waits: the objects were applied by an earlier attempt
+	// at the same revision.
+	SkipApply bool
+}
+
+// Run makes one attempt at a stage: apply its objects (for an apply stage),
+// then wait on watch events until every readiness check holds. The wait
+// ends at ctx's deadline; a stage still not ready then is returned
+// InProgress with what it waits for, which is not a failure.
+func (e *Executor) Run(ctx context.Context, stage *Stage, owner Owner, opts RunOptions) Result {
+	res := Result{Stage: stage.Name}
+	checker, err := NewChecker(stage.ReadyWhen)
+	if err != nil {
+		return failed(res, Stalled(fmt.Errorf("stage %s: %w", stage.Name, err)))
+	}
+	switch stage.Action {
+	case capstanv1.StageActionApply, "":
+		if opts.SkipApply {
+			break
+		}
+		cs, err := e.Apply(ctx, stage.Objects, stage.Name, owner)
+		res.ChangeSet = cs
+		if err != nil {
+			return failed(res, err)
+		}
+	case capstanv1.StageActionWait:
+	default:
+		return failed(res, Stalled(fmt.Errorf("stage %s: action %q is not supported yet", stage.Name, stage.Action)))
+	}
+	verdict, err := e.Wait(ctx, stage.Objects, checker, owner)
+	if err != nil {
+		return failed(res, err)
+	}
+	res.Message = verdict.Message
+	if verdict.Ready {
+		res.State = capstanv1.StageReady
+	} else {
+		res.State = capstanv1.StageInProgress
+	}
+	return res
+}
+
+func failed(res Result, err error) Result {
+	res.State = capstanv1.StageFailed
+	res.Err = err
+	res.Message = err.Error()
+	return res
+}
+
+// Apply server-side applies objects from a pool of workers. Cluster-wide
+// definitions (CRDs, Namespaces) go first, so that the objects that need
+// them can be applied in the same stage. Every object's error is reported.
+func (e *Executor) Apply(ctx context.Context, objects []*unstructured.Unstructured, stage string, owner Owner) (*ssa.ChangeSet, error) {
+	prepared := make([]*unstructured.Unstructured, len(objects))
+	for i, obj := range objects {
+		obj = obj.DeepCopy()
+		labels := obj.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[OwnerGroup+"/name"] = owner.Name
+		labels[OwnerGroup+"/namespace"] = owner.Namespace
+		labels[StageKey] = stage
+		obj.SetLabels(labels)
+		prepared[i] = obj
+	}
+	first, rest := splitDefinitions(prepared)
+	cs := ssa.NewChangeSet()
+	for _, wave := range [][]*unstructured.Unstructured{first, rest} {
+		if len(wave) == 0 {
+			continue
+		}
+		entries, err := e.applyWave(ctx, wave)
+		cs.Append(entries)
+		if err != nil {
+			return cs, err
+		}
+		if hasCRD(wave) {
+			// Wait for the CRDs to be Established before objects of their kinds are applied.
+			checker, _ := NewChecker(nil)
+			if _, err := e.waitUntilReady(ctx, wave, checker, owner); err != nil {
+				return cs, fmt.Errorf("wait for CustomResourceDefinitions: %w", err)
+			}
+		}
+	}
+	return cs, nil
+}
+
+func (e *Executor) applyWave(ctx context.Context, objects []*unstructured.Unstructured) ([]ssa.ChangeSetEntry, error) {
+	entries := make([]ssa.ChangeSetEntry, len(objects))
+	errs := make([]error, len(objects))
+	g := errgroup.Group{}
+	g.SetLimit(e.concurrency)
+	for i, obj := range objects {
+		g.Go(func() error {
+			entry, err := e.manager.Apply(ctx, obj, ssa.DefaultApplyOptions())
+			if err != nil {
+				errs[i] = classifyApplyError(obj, err)
+				return nil
+			}
+			entries[i] = *entry
+			return nil
+		})
+	}
+	_ = g.Wait()
+	var kept []ssa.ChangeSetEntry
+	for i := range entries {
+		if errs[i] == nil {
+			kept = append(kept, entries[i])
+		}
+	}
+	return kept, errors.Join(errs...)
+}
+
+// classifyApplyError names the object and marks errors a retry cannot fix
+// (a kind the cluster does not know, an invalid object) as stalled.
+func classifyApplyError(obj *unstructured.Unstructured, err error) error {
+	wrapped := fmt.Errorf("apply %s: %w", ObjectRef(obj), err)
+	if meta.IsNoMatchError(err) {
+		return Stalled(fmt.Errorf("apply %s: the cluster does not serve %s (is its CustomResourceDefinition installed?): %w",
+			ObjectRef(obj), obj.GroupVersionKind().GroupVersion().WithKind(obj.GetKind()), err))
+	}
+	if isInvalid(err) {
+		return Stalled(wrapped)
+	}
+	return wrapped
+}
+
+func splitDefinitions(objects []*unstructured.Unstructured) (first, rest []*unstructured.Unstructured) {
+	for _, obj := range objects {
+		if isDefinition(obj) {
+			first = append(first, obj)
+		} else {
+			rest = append(rest, obj)
+		}
+	}
+	return first, rest
+}
+
+func isDefinition(obj *unstructured.Unstructured) bool {
+	gvk := obj.GroupVersionKind()
+	return (gvk.Group == "" && gvk.Kind == "Namespace") ||
+		(gvk.Group == "apiextensions.k8s.io" && gvk.Kind == "CustomResourceDefinition")
+}
+
+func hasCRD(objects []*unstructured.Unstructured) bool {
+	return slices.ContainsFunc(objects, func(o *unstructured.Unstructured) bool {
+		return o.GetKind() == "CustomResourceDefinition"
+	})
+}

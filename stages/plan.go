@@ -1,0 +1,175 @@
+package stages
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+)
+
+// StageKey is the label or annotation that pins a rendered object to a stage.
+const StageKey = "capstan.dev/stage"
+
+// Stage is one step of a plan with the rendered objects it applies or checks.
+type Stage struct {
+	capstanv1.StageSpec
+	// Objects are applied by an apply stage, or only checked by a wait stage.
+	Objects []*unstructured.Unstructured
+}
+
+// Plan is an ordered list of stages. A stage is not started before every
+// earlier stage is Ready.
+type Plan struct {
+	Stages []Stage
+}
+
+// Names returns the stage names in order.
+func (p *Plan) Names() []string {
+	names := make([]string, len(p.Stages))
+	for i, s := range p.Stages {
+		names[i] = s.Name
+	}
+	return names
+}
+
+// BuildPlan assigns the rendered objects to the given stages. Objects of an
+// apply stage are the ones labelled or annotated with its name plus the ones
+// its selector matches first; a wait stage checks the objects its selector
+// matches, whichever stage applies them. Every problem is reported at once:
+// an unknown stage name on an object, an object no stage applies, a
+// duplicate stage, an invalid selector.
+func BuildPlan(specs []capstanv1.StageSpec, objects []*unstructured.Unstructured) (*Plan, error) {
+	var errs []error
+	plan := &Plan{Stages: make([]Stage, len(specs))}
+	index := map[string]int{}
+	selectors := make([]matcher, len(specs))
+	for i, spec := range specs {
+		if spec.Action == "" {
+			spec.Action = capstanv1.StageActionApply
+		}
+		plan.Stages[i] = Stage{StageSpec: spec}
+		if _, dup := index[spec.Name]; dup {
+			errs = append(errs, fmt.Errorf("stages[%d].name: stage %q is defined twice", i, spec.Name))
+		}
+		index[spec.Name] = i
+		m, err := newMatcher(spec.Select)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("stages[%d].select.labelSelector: %w", i, err))
+		}
+		selectors[i] = m
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+
+	for _, obj := range objects {
+		owner := -1
+		if name := pinnedStage(obj); name != "" {
+			i, ok := index[name]
+			switch {
+			case !ok:
+				errs = append(errs, fmt.Errorf("%s: %s %q names no stage of the plan (stages: %s)",
+					ObjectRef(obj), StageKey, name, strings.Join(plan.Names(), ", ")))
+				continue
+			case plan.Stages[i].Action != capstanv1.StageActionApply:
+				errs = append(errs, fmt.Errorf("%s: %s %q is a %s stage, which applies nothing",
+					ObjectRef(obj), StageKey, name, plan.Stages[i].Action))
+				continue
+			}
+			owner = i
+		}
+		for i := range plan.Stages {
+			if !selectors[i].matches(obj) {
+				continue
+			}
+			if plan.Stages[i].Action == capstanv1.StageActionApply {
+				if owner < 0 {
+					owner = i
+				}
+				continue
+			}
+			plan.Stages[i].Objects = append(plan.Stages[i].Objects, obj)
+		}
+		if owner < 0 {
+			errs = append(errs, fmt.Errorf("%s: no apply stage selects this object; add the label %s: <stage> or widen a stage's select",
+				ObjectRef(obj), StageKey))
+			continue
+		}
+		plan.Stages[owner].Objects = append(plan.Stages[owner].Objects, obj)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return plan, nil
+}
+
+func pinnedStage(obj *unstructured.Unstructured) string {
+	if v := obj.GetLabels()[StageKey]; v != "" {
+		return v
+	}
+	return obj.GetAnnotations()[StageKey]
+}
+
+// matcher is a compiled Selector.
+type matcher struct {
+	kinds  []string
+	names  []string
+	labels labels.Selector
+	empty  bool
+}
+
+func newMatcher(s capstanv1.Selector) (matcher, error) {
+	m := matcher{kinds: s.Kinds, names: s.Names}
+	m.empty = len(s.Kinds) == 0 && len(s.Names) == 0 && s.LabelSelector == nil
+	if s.LabelSelector != nil {
+		sel, err := metav1.LabelSelectorAsSelector(s.LabelSelector)
+		if err != nil {
+			return m, err
+		}
+		m.labels = sel
+	}
+	return m, nil
+}
+
+func (m matcher) matches(obj *unstructured.Unstructured) bool {
+	if m.empty {
+		return false
+	}
+	if len(m.kinds) > 0 && !slices.ContainsFunc(m.kinds, func(k string) bool { return KindMatches(k, obj) }) {
+		return false
+	}
+	if len(m.names) > 0 && !slices.Contains(m.names, obj.GetName()) {
+		return false
+	}
+	if m.labels != nil && !m.labels.Matches(labels.Set(obj.GetLabels())) {
+		return false
+	}
+	return true
+}
+
+// KindMatches reports whether kind, written as `Kind`, `group/Kind` or `*`,
+// names the object's kind.
+func KindMatches(kind string, obj *unstructured.Unstructured) bool {
+	if kind == "*" {
+		return true
+	}
+	gvk := obj.GroupVersionKind()
+	if group, k, ok := strings.Cut(kind, "/"); ok {
+		return group == gvk.Group && k == gvk.Kind
+	}
+	return kind == gvk.Kind
+}
+
+// ObjectRef names an object as Kind/namespace/name (Kind/name when cluster-scoped).
+func ObjectRef(obj *unstructured.Unstructured) string {
+	if ns := obj.GetNamespace(); ns != "" {
+		return obj.GetKind() + "/" + ns + "/" + obj.GetName()
+	}
+	return obj.GetKind() + "/" + obj.GetName()
+}

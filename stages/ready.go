@@ -1,0 +1,128 @@
+package stages
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/ext"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+)
+
+// celCostLimit bounds the work one readiness expression may do on one
+// object, so that a user's expression cannot stall the executor.
+const celCostLimit = 1_000_000
+
+// Verdict is whether one object is ready, and if not, why.
+type Verdict struct {
+	Ready   bool
+	Message string
+}
+
+// Checker judges readiness. It is a pure function of the object: it reads
+// nothing but the object it is given.
+type Checker struct {
+	checks []compiledCheck
+}
+
+type compiledCheck struct {
+	kind    string
+	expr    string
+	message string
+	program cel.Program
+}
+
+var celEnv = sync.OnceValues(func() (*cel.Env, error) {
+	return cel.NewEnv(
+		cel.Variable("object", cel.DynType),
+		ext.Strings(),
+		ext.Lists(),
+	)
+})
+
+// NewChecker compiles the readiness checks of a stage. Every expression
+// that does not compile or does not return a bool is reported, with its
+// index in readyWhen.
+func NewChecker(checks []capstanv1.ReadinessCheck) (*Checker, error) {
+	env, err := celEnv()
+	if err != nil {
+		return nil, fmt.Errorf("create CEL environment: %w", err)
+	}
+	var errs []error
+	c := &Checker{}
+	for i, check := range checks {
+		ast, iss := env.Compile(check.CEL)
+		if iss.Err() != nil {
+			errs = append(errs, fmt.Errorf("readyWhen[%d].cel: %w", i, iss.Err()))
+			continue
+		}
+		if ast.OutputType() != types.BoolType && ast.OutputType() != types.DynType {
+			errs = append(errs, fmt.Errorf("readyWhen[%d].cel: expression returns %s, expected bool", i, ast.OutputType()))
+			continue
+		}
+		prg, err := env.Program(ast, cel.CostLimit(celCostLimit))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("readyWhen[%d].cel: %w", i, err))
+			continue
+		}
+		c.checks = append(c.checks, compiledCheck{kind: check.Kind, expr: check.CEL, message: check.Message, program: prg})
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// Evaluate judges one live object. Objects that no CEL check applies to are
+// ready when kstatus computes Current. An expression that fails on the
+// object (a field not there yet) means not ready, not an error: a status
+// field appears only once a controller has written it.
+func (c *Checker) Evaluate(obj *unstructured.Unstructured) Verdict {
+	applied := false
+	for _, check := range c.checks {
+		if check.kind != "" && !KindMatches(check.kind, obj) {
+			continue
+		}
+		applied = true
+		out, _, err := check.program.Eval(map[string]any{"object": obj.Object})
+		if err != nil {
+			return Verdict{Message: check.describe(err.Error())}
+		}
+		if ok, isBool := out.Value().(bool); !isBool {
+			return Verdict{Message: check.describe(fmt.Sprintf("returned %v, expected bool", out.Value()))}
+		} else if !ok {
+			return Verdict{Message: check.describe("")}
+		}
+	}
+	if applied {
+		return Verdict{Ready: true}
+	}
+	res, err := status.Compute(obj)
+	if err != nil {
+		return Verdict{Message: fmt.Sprintf("compute status: %v", err)}
+	}
+	if res.Status == status.CurrentStatus {
+		return Verdict{Ready: true}
+	}
+	msg := string(res.Status)
+	if res.Message != "" {
+		msg += ": " + res.Message
+	}
+	return Verdict{Message: msg}
+}
+
+func (c compiledCheck) describe(detail string) string {
+	msg := c.message
+	if msg == "" {
+		msg = "waiting for " + c.expr
+	}
+	if detail != "" {
+		msg += " (" + detail + ")"
+	}
+	return msg
+}
