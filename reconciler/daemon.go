@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,6 +59,7 @@ func DefaultOptions() Options {
 type Daemon struct {
 	manager    manager.Manager
 	reconciler *Reconciler
+	root       *rootSource
 	stop       chan struct{}
 	stopOnce   sync.Once
 	done       chan struct{}
@@ -119,11 +121,13 @@ func New(opts Options) (*Daemon, error) {
 	err = ctrl.NewControllerManagedBy(mgr).
 		For(&capstanv1.ClusterDeployment{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		// Several daemons may run in one process (the e2e suites, pivot).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers, SkipNameValidation: ptr.To(true)}).
 		Complete(r)
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: register controller: %w", err)
 	}
+	d := &Daemon{manager: mgr, reconciler: r, stop: make(chan struct{}), done: make(chan struct{})}
 	if opts.Root != nil {
 		root, err := newRootSource(*opts.Root, mgr.GetClient(), r.sources)
 		if err != nil {
@@ -132,8 +136,18 @@ func New(opts Options) (*Daemon, error) {
 		if err := mgr.Add(root); err != nil {
 			return nil, fmt.Errorf("new daemon: add root source: %w", err)
 		}
+		d.root = root
 	}
-	return &Daemon{manager: mgr, reconciler: r, stop: make(chan struct{}), done: make(chan struct{})}, nil
+	return d, nil
+}
+
+// RootStatus reports what the root source last did; the zero value when
+// the daemon runs without one.
+func (d *Daemon) RootStatus() RootStatus {
+	if d.root == nil {
+		return RootStatus{}
+	}
+	return d.root.status()
 }
 
 // Reconciler returns the daemon's reconciler (for its Stats).

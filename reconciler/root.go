@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -52,7 +53,29 @@ type rootSource struct {
 	id     string
 	client client.Client
 	entry  *sourceEntry
-	last   string
+
+	mu      sync.Mutex
+	last    string // revision fully synced
+	lastErr error
+	count   int
+	broken  string // revision whose files do not all parse
+}
+
+// RootStatus is what the root source last did.
+type RootStatus struct {
+	// Revision is the last revision whose ClusterDeployments were all
+	// applied; empty until one was.
+	Revision string
+	// Deployments is how many ClusterDeployments that revision holds.
+	Deployments int
+	// Err is the last sync's error, nil when it succeeded.
+	Err error
+}
+
+func (s *rootSource) status() RootStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return RootStatus{Revision: s.last, Deployments: s.count, Err: s.lastErr}
 }
 
 func newRootSource(opts RootOptions, c client.Client, cache *sourceCache) (*rootSource, error) {
@@ -84,7 +107,14 @@ func (s *rootSource) Start(ctx context.Context) error {
 	ticker := time.NewTicker(s.opts.Interval)
 	defer ticker.Stop()
 	for {
-		if err := s.sync(ctx); err != nil && ctx.Err() == nil {
+		err := s.sync(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.mu.Lock()
+		s.lastErr = err
+		s.mu.Unlock()
+		if err != nil {
 			logger.Error(err, "sync root source", "url", redact(s.opts.URL), "path", s.opts.Path)
 		}
 		select {
@@ -103,8 +133,13 @@ func (s *rootSource) sync(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("check root source: %w", err)
 	}
-	if rev == s.last {
+	st := s.status()
+	if rev == st.Revision {
 		return nil
+	}
+	if rev == s.broken {
+		// Only a new commit can fix a file that does not parse.
+		return st.Err
 	}
 	art, _, err := s.entry.fetch(ctx, rev)
 	if err != nil {
@@ -139,9 +174,13 @@ func (s *rootSource) sync(ctx context.Context) error {
 		if err := s.forgetRemoved(ctx, keep); err != nil {
 			errs = append(errs, err)
 		}
+	} else if len(errs) == 1 {
+		s.broken = rev
 	}
 	if len(errs) == 0 {
-		s.last = rev
+		s.mu.Lock()
+		s.last, s.count = rev, len(objs)
+		s.mu.Unlock()
 		log.FromContext(ctx).Info("root source synced", "revision", rev, "deployments", len(objs))
 	}
 	return errors.Join(errs...)

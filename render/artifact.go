@@ -74,7 +74,7 @@ func copyArtifact(ctx context.Context, fsys fs.FS, opts Options) (*artifact, err
 		if len(a.files) >= opts.MaxFiles {
 			return &Error{File: p, Err: fmt.Errorf("artifact has more than %d files: %w", opts.MaxFiles, ErrLimit)}
 		}
-		data, err := readLimited(fsys, p, opts.MaxBytes-total)
+		data, err := readLimited(fsys, p, opts.MaxBytes-total, opts.MaxBytes)
 		if err != nil {
 			return &Error{File: p, Err: err}
 		}
@@ -92,9 +92,9 @@ func copyArtifact(ctx context.Context, fsys fs.FS, opts Options) (*artifact, err
 	return a, nil
 }
 
-// readLimited reads a file that may be at most limit bytes long, not
-// trusting the size the file system reports.
-func readLimited(fsys fs.FS, p string, limit int64) ([]byte, error) {
+// readLimited reads a file that may be at most limit bytes long (what is
+// left of maxBytes), not trusting the size the file system reports.
+func readLimited(fsys fs.FS, p string, limit, maxBytes int64) ([]byte, error) {
 	f, err := fsys.Open(p)
 	if err != nil {
 		return nil, fmt.Errorf("read artifact: %w", err)
@@ -105,7 +105,7 @@ func readLimited(fsys fs.FS, p string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("read artifact: %w", err)
 	}
 	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("artifact is larger than the limit: %w", ErrLimit)
+		return nil, fmt.Errorf("artifact is larger than %d bytes: %w", maxBytes, ErrLimit)
 	}
 	return data, nil
 }

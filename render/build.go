@@ -43,8 +43,11 @@ var kustomizeMu sync.Mutex
 // that a subdirectory with its own kustomization file is listed as a whole
 // and not descended into. Hidden files and directories are left out.
 //
-// If opts enable it, ${VAR} substitution runs on each object after the
-// build; see substitute.go for the rules.
+// If opts enable it, ${VAR} placeholders are then substituted in each
+// object that does not opt out with SubstituteAnnotation. Substitution
+// works string by string on the object, so no value can change an object's
+// structure; a string that is a single ${...} becomes an integer or a
+// boolean when its value is one.
 //
 // kustomize cannot be interrupted, so ctx is checked between the steps; the
 // limits bound how long the kustomize step itself can take.

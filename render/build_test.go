@@ -151,6 +151,11 @@ var brokenOverlays = []struct {
 		want: []string{`duplicate/b.yaml: ConfigMap/default/twice: object defined twice, also in duplicate/a.yaml (document 1)`},
 	},
 	{
+		name: "a file listed twice names both entries",
+		path: "listedtwice",
+		want: []string{`listedtwice/kustomization.yaml: resources[1]: "./cm.yaml" is listed twice, also as resources[0]`},
+	},
+	{
 		name: "remote resources, components, patches and generator files are refused",
 		path: "remote",
 		want: []string{
@@ -177,6 +182,15 @@ var brokenOverlays = []struct {
 			`plugin/exec-plugin.yaml: SedTransformer/sed: apiVersion: only kustomize's builtin plugins`,
 		},
 		is: ErrPlugin,
+	},
+	{
+		name: "a kustomization of plugin configs cannot rewrite them into URLs",
+		path: "plugin-dir",
+		want: []string{
+			`plugin-dir/transformers/kustomization.yaml: configurations: not allowed in a kustomization used as generators, transformers or validators`,
+			`plugin-dir/transformers/kustomization.yaml: namePrefix: "https:": remote resources are not supported`,
+		},
+		is: ErrRemote,
 	},
 	{
 		name: "helm charts are refused",
@@ -316,7 +330,7 @@ func TestBuildLimits(t *testing.T) {
 		want string
 	}{
 		{"too many files", small, func(o *Options) { o.MaxFiles = 1 }, "artifact has more than 1 files"},
-		{"too many bytes", small, func(o *Options) { o.MaxBytes = 30 }, "artifact is larger than the limit"},
+		{"too many bytes", small, func(o *Options) { o.MaxBytes = 30 }, "artifact is larger than 30 bytes"},
 		{"too many objects", repo, func(o *Options) { o.Path = "clusters/mgmt"; o.MaxObjects = 3 }, "build would produce up to 5 objects, more than 3"},
 		{"a base used exponentially often", diamonds(20), func(o *Options) { o.Path = "l0" }, "more than 10000"},
 		{"a large file used by a generator many times", generatorBomb(200, 1<<16), func(o *Options) { o.MaxBytes = 1 << 20 }, "build would read"},

@@ -62,7 +62,10 @@ type checker struct {
 	root  string
 	errs  []error
 	kusts map[kustKey]estimate
-	files map[kustKey]*checkedFile
+	// files holds the resource files checked, parsed the YAML files that
+	// fields like patches name.
+	files  map[kustKey]*checkedFile
+	parsed map[kustKey]bool
 	// stack holds the directories being checked, to find cycles, which
 	// kustomize itself would follow until the stack overflows.
 	stack []string
@@ -80,11 +83,12 @@ type kustKey struct {
 // check checks the kustomization kfile in root and everything it uses.
 func check(ctx context.Context, a *artifact, root, kfile string, opts Options) (plan, error) {
 	c := &checker{
-		ctx:   ctx,
-		a:     a,
-		root:  root,
-		kusts: map[kustKey]estimate{},
-		files: map[kustKey]*checkedFile{},
+		ctx:    ctx,
+		a:      a,
+		root:   root,
+		kusts:  map[kustKey]estimate{},
+		files:  map[kustKey]*checkedFile{},
+		parsed: map[kustKey]bool{},
 	}
 	est := c.kustomization(root, false)
 	if err := ctx.Err(); err != nil {
@@ -130,11 +134,11 @@ func (c *checker) kustomization(dir string, plugin bool) estimate {
 	defer func() { c.stack = c.stack[:len(c.stack)-1] }()
 
 	var est estimate
-	if k, ok := c.parseKustomization(kfile); ok {
+	if k, raw, ok := c.parseKustomization(kfile); ok {
 		if dir == c.root && !plugin {
 			c.plan.keepOrigins = slices.Contains(k.BuildMetadata, types.OriginAnnotations)
 		}
-		est = c.fields(dir, kfile, k, plugin)
+		est = c.fields(dir, kfile, k, raw, plugin)
 	}
 	c.kusts[key] = est
 	return est
@@ -143,17 +147,17 @@ func (c *checker) kustomization(dir string, plugin bool) estimate {
 // parseKustomization decodes a kustomization file the way kustomize does
 // (JSON field names, case-insensitive, no unknown fields) after our own YAML
 // decoder has bounded alias expansion.
-func (c *checker) parseKustomization(kfile string) (*types.Kustomization, bool) {
+func (c *checker) parseKustomization(kfile string) (*types.Kustomization, map[string]interface{}, bool) {
 	file := c.a.display(kfile)
 	data, err := c.a.read(kfile)
 	if err != nil {
 		c.fail(&Error{File: file, Err: err})
-		return nil, false
+		return nil, nil, false
 	}
 	docs, err := decodeDocuments(data)
 	if err != nil {
 		c.fail(&Error{File: file, Err: fmt.Errorf("invalid YAML: %w", err)})
-		return nil, false
+		return nil, nil, false
 	}
 	var m map[string]interface{}
 	n := 0
@@ -165,30 +169,30 @@ func (c *checker) parseKustomization(kfile string) (*types.Kustomization, bool) 
 	}
 	if n != 1 || m == nil {
 		c.fail(&Error{File: file, Err: errors.New("a kustomization file must hold exactly one YAML mapping")})
-		return nil, false
+		return nil, nil, false
 	}
 	j, err := json.Marshal(m)
 	if err != nil {
 		c.fail(&Error{File: file, Err: err})
-		return nil, false
+		return nil, nil, false
 	}
 	dec := json.NewDecoder(bytes.NewReader(j))
 	dec.DisallowUnknownFields()
 	k := &types.Kustomization{}
 	if err := dec.Decode(k); err != nil {
 		c.fail(&Error{File: file, Err: fmt.Errorf("invalid kustomization: %w", err)})
-		return nil, false
+		return nil, nil, false
 	}
 	if err := k.CheckEmpty(); err != nil {
 		c.fail(&Error{File: file, Err: errors.New("kustomization is empty")})
-		return nil, false
+		return nil, nil, false
 	}
-	return k, true
+	return k, m, true
 }
 
 // fields checks every field of a kustomization that names something to
 // load, and everything it names.
-func (c *checker) fields(dir, kfile string, k *types.Kustomization, plugin bool) estimate {
+func (c *checker) fields(dir, kfile string, k *types.Kustomization, raw map[string]interface{}, plugin bool) estimate {
 	var est estimate
 	file := c.a.display(kfile)
 	at := func(field string, i int) string { return fmt.Sprintf("%s[%d]", field, i) }
@@ -287,11 +291,37 @@ func (c *checker) fields(dir, kfile string, k *types.Kustomization, plugin bool)
 	if len(k.HelmCharts) > 0 || len(k.HelmChartInflationGenerator) > 0 || k.HelmGlobals != nil {
 		c.fail(&Error{File: file, Field: "helmCharts", Err: ErrHelm})
 	}
-	if plugin && (len(k.Replacements) > 0 || len(k.Vars) > 0) {
-		// Either could move a URL into a field that kustomize loads.
-		c.fail(&Error{File: file, Field: "replacements", Err: errors.New("replacements and vars are not allowed in a kustomization used as generators, transformers or validators")})
+	if plugin {
+		c.fail(pluginKustomizationProblems(file, k, raw)...)
 	}
 	return est
+}
+
+var errPluginKustomization = errors.New("not allowed in a kustomization used as generators, transformers or validators")
+
+// pluginKustomizationProblems keeps a kustomization whose output are plugin
+// configs from writing a URL into a field that a builtin plugin loads (a
+// PatchTransformer's path, say): the fields that copy values around or
+// point transformers at arbitrary fields are refused, and so is any string
+// in the kustomization that looks remote. Patches are scanned where they
+// are checked.
+func pluginKustomizationProblems(file string, k *types.Kustomization, raw map[string]interface{}) []error {
+	var errs []error
+	refuse := func(field string, used bool) {
+		if used {
+			errs = append(errs, &Error{File: file, Field: field, Err: errPluginKustomization})
+		}
+	}
+	refuse("configurations", len(k.Configurations) > 0)
+	refuse("crds", len(k.Crds) > 0)
+	refuse("replacements", len(k.Replacements) > 0)
+	refuse("vars", len(k.Vars) > 0)
+	refuse("configMapGenerator", len(k.ConfigMapGenerator) > 0)
+	refuse("secretGenerator", len(k.SecretGenerator) > 0)
+	for i, l := range k.Labels {
+		refuse(fmt.Sprintf("labels[%d].fields", i), len(l.FieldSpecs) > 0)
+	}
+	return append(errs, remoteProblems(file, "", raw)...)
 }
 
 func configMapArgs(in []types.ConfigMapArgs) []types.GeneratorArgs {

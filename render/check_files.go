@@ -222,10 +222,10 @@ func (c *checker) localFile(kfile, dir, field, entry string, isYAML, plugin bool
 		return c.a.files[p]
 	}
 	key := kustKey{p, plugin}
-	if _, ok := c.files[key]; ok {
+	if c.parsed[key] {
 		return c.a.files[p]
 	}
-	c.files[key] = &checkedFile{}
+	c.parsed[key] = true
 	data, err := c.a.read(p)
 	if err != nil {
 		c.fail(&Error{File: p, Err: err})

@@ -94,7 +94,7 @@ func (o Options) normalize() (Options, error) {
 	return o, errors.Join(errs...)
 }
 
-// enabled says whether post-build substitution runs.
+// substitutes says whether post-build substitution runs.
 func (o Options) substitutes() bool {
 	return o.Substitute != nil || o.StrictSubstitute
 }

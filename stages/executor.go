@@ -129,7 +129,9 @@ func failed(res Result, err error) Result {
 
 // Apply server-side applies objects from a pool of workers. Cluster-wide
 // definitions (CRDs, Namespaces) go first, so that the objects that need
-// them can be applied in the same stage. Every object's error is reported.
+// them can be applied in the same stage. Every object is dry-run before any
+// is applied, so an invalid object leaves the wave untouched, and every
+// object's error is reported.
 func (e *Executor) Apply(ctx context.Context, objects []*unstructured.Unstructured, stage string, owner Owner) (*ssa.ChangeSet, error) {
 	prepared := make([]*unstructured.Unstructured, len(objects))
 	for i, obj := range objects {
@@ -166,30 +168,48 @@ func (e *Executor) Apply(ctx context.Context, objects []*unstructured.Unstructur
 	return cs, nil
 }
 
+// applyWave applies objects in two phases, each from the worker pool:
+// first a server-side dry-run of every object (which also tells whether it
+// changed), then, only if every dry-run passed, the apply of the objects
+// that changed. A wave with one invalid object applies nothing.
 func (e *Executor) applyWave(ctx context.Context, objects []*unstructured.Unstructured) ([]ssa.ChangeSetEntry, error) {
 	entries := make([]ssa.ChangeSetEntry, len(objects))
 	errs := make([]error, len(objects))
-	g := errgroup.Group{}
+	e.each(objects, func(i int, obj *unstructured.Unstructured) {
+		entry, _, _, err := e.manager.Diff(ctx, obj, ssa.DefaultDiffOptions())
+		if err != nil {
+			errs[i] = classifyApplyError(obj, err)
+			return
+		}
+		entries[i] = *entry
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	e.each(objects, func(i int, obj *unstructured.Unstructured) {
+		if entries[i].Action != ssa.CreatedAction && entries[i].Action != ssa.ConfiguredAction {
+			return
+		}
+		applied := obj.DeepCopy()
+		if err := e.client.Patch(ctx, applied, client.Apply, client.ForceOwnership, client.FieldOwner(FieldManager)); err != nil {
+			errs[i] = classifyApplyError(obj, err)
+		}
+	})
+	return entries, errors.Join(errs...)
+}
+
+// each calls fn for every object from a pool of e.concurrency workers and
+// returns when all calls have.
+func (e *Executor) each(objects []*unstructured.Unstructured, fn func(int, *unstructured.Unstructured)) {
+	var g errgroup.Group
 	g.SetLimit(e.concurrency)
 	for i, obj := range objects {
 		g.Go(func() error {
-			entry, err := e.manager.Apply(ctx, obj, ssa.DefaultApplyOptions())
-			if err != nil {
-				errs[i] = classifyApplyError(obj, err)
-				return nil
-			}
-			entries[i] = *entry
+			fn(i, obj)
 			return nil
 		})
 	}
 	_ = g.Wait()
-	var kept []ssa.ChangeSetEntry
-	for i := range entries {
-		if errs[i] == nil {
-			kept = append(kept, entries[i])
-		}
-	}
-	return kept, errors.Join(errs...)
 }
 
 // classifyApplyError names the object and marks errors a retry cannot fix

@@ -1,0 +1,208 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/internal/gitserver"
+)
+
+// twoStageFiles is an overlay whose first stage holds a Widget that only a
+// controller (here: the test) can make ready, and whose second stage must
+// wait for it.
+func twoStageFiles(appVersion string) map[string]string {
+	return map[string]string{
+		"clusters/two-stage/kustomization.yaml": `apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources: [infra.yaml, app.yaml]
+`,
+		"clusters/two-stage/infra.yaml": `apiVersion: test.capstan.dev/v1
+kind: Widget
+metadata:
+  name: infra
+  namespace: ${NS}
+  labels: {capstan.dev/stage: Infra}
+spec: {size: 3}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: infra-settings
+  namespace: ${NS}
+  labels: {capstan.dev/stage: Infra}
+data: {podCIDR: 10.233.0.0/16}
+`,
+		"clusters/two-stage/app.yaml": `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: app-config
+  namespace: ${NS}
+  labels: {capstan.dev/stage: App}
+data: {version: "` + appVersion + `"}
+`,
+	}
+}
+
+func twoStageSpec(url, ns, secret string) capstanv1.ClusterDeploymentSpec {
+	return capstanv1.ClusterDeploymentSpec{
+		Source: &capstanv1.SourceSpec{Git: &capstanv1.GitSource{
+			URL: url, Ref: capstanv1.GitRef{Branch: "main"},
+			SecretRef: &capstanv1.LocalObjectReference{Name: secret},
+		}},
+		Path:       "clusters/two-stage",
+		Substitute: map[string]string{"NS": ns},
+		Interval:   &metav1.Duration{Duration: 500 * time.Millisecond},
+		Stages: []capstanv1.StageSpec{
+			{Name: "Infra", ReadyWhen: []capstanv1.ReadinessCheck{{
+				Kind: "Widget", CEL: "object.status.ready == true", Message: "waiting for the widget controller",
+			}}},
+			{Name: "App"},
+		},
+	}
+}
+
+func TestTwoStageOverlayFromGit(t *testing.T) {
+	c := newClient(t)
+	ns := newNamespace(t)
+	url, err := gitSrv.CreateRepo(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := gitSrv.Commit(ns, gitserver.DefaultBranch, twoStageFiles("1"), "two-stage overlay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	startDaemon(t, nil)
+	createDeployment(t, c, ns, "two", twoStageSpec(url, ns, gitSecret(t, c, ns)))
+	begin := time.Now()
+
+	// Stage 1 is applied and waits; the daemon keeps trying it.
+	cd := waitDeployment(t, c, ns, "two", "stage Infra in progress for a second attempt", func(cd *capstanv1.ClusterDeployment) bool {
+		return stage(cd, "Infra").State == capstanv1.StageInProgress && stage(cd, "Infra").Attempts >= 2
+	})
+	if object(t, c, widgetGVK, ns, "infra") == nil || object(t, c, configMapGVK, ns, "infra-settings") == nil {
+		t.Fatalf("stage Infra is in progress but its objects are not all applied: %s", describe(cd))
+	}
+	if object(t, c, configMapGVK, ns, "app-config") != nil {
+		t.Fatalf("stage App's ConfigMap was applied before stage Infra was ready: %s", describe(cd))
+	}
+	if got := stage(cd, "App").State; got != capstanv1.StagePending {
+		t.Errorf("stage App = %s while Infra waits, want Pending", got)
+	}
+	if want := "main@sha1:" + first; cd.Status.Revision != want {
+		t.Errorf("status.revision = %q, want %q", cd.Status.Revision, want)
+	}
+	if msg := stage(cd, "Infra").Message; !strings.Contains(msg, "Widget/"+ns+"/infra") || !strings.Contains(msg, "waiting for the widget controller") {
+		t.Errorf("stage Infra message = %q, want it to name the Widget and what it waits for", msg)
+	}
+
+	// The widget controller marks it ready: stage 2 follows.
+	readyAt := time.Now()
+	setWidgetReady(t, c, ns, "infra")
+	cd = waitDeployment(t, c, ns, "two", "Ready", isReady)
+	t.Logf("Infra ready -> deployment Ready in %s; whole plan in %s", time.Since(readyAt), time.Since(begin))
+	if object(t, c, configMapGVK, ns, "app-config") == nil {
+		t.Fatal("deployment Ready but stage App's ConfigMap is missing")
+	}
+	infra, app := stage(cd, "Infra"), stage(cd, "App")
+	for _, st := range []capstanv1.StageStatus{infra, app} {
+		if st.State != capstanv1.StageReady || st.StartedAt == nil || st.FinishedAt == nil {
+			t.Fatalf("stage %s = %+v, want Ready with start and finish times", st.Name, st)
+		}
+	}
+	if app.StartedAt.Before(infra.FinishedAt) {
+		t.Errorf("stage App started at %s, before Infra finished at %s", app.StartedAt, infra.FinishedAt)
+	}
+	if cd.Status.CurrentStage != "" {
+		t.Errorf("currentStage = %q after all stages are ready", cd.Status.CurrentStage)
+	}
+
+	// Every transition is an event on the ClusterDeployment.
+	waitFor(t, "stage events", func() (bool, error) {
+		reasons := eventReasons(t, c, ns, "two")
+		for _, want := range []string{"StageInProgress", "StageReady", "Ready"} {
+			if reasons[want] == 0 {
+				return false, nil
+			}
+		}
+		return reasons["StageReady"] >= 2, nil
+	})
+}
+
+func eventReasons(t testing.TB, c client.Client, ns, name string) map[string]int {
+	t.Helper()
+	list := &eventsv1.EventList{}
+	if err := c.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, e := range list.Items {
+		if e.Regarding.Kind == capstanv1.ClusterDeploymentKind && e.Regarding.Name == name {
+			out[e.Reason]++
+		}
+	}
+	return out
+}
+
+func TestNewCommitIsAppliedAndUnchangedRemoteIsANoop(t *testing.T) {
+	c := newClient(t)
+	ns := newNamespace(t)
+	url, err := gitSrv.CreateRepo(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, twoStageFiles("1"), "v1"); err != nil {
+		t.Fatal(err)
+	}
+	d, api := startDaemon(t, nil)
+	createDeployment(t, c, ns, "two", twoStageSpec(url, ns, gitSecret(t, c, ns)))
+	waitFor(t, "Widget infra", func() (bool, error) { return object(t, c, widgetGVK, ns, "infra") != nil, nil })
+	setWidgetReady(t, c, ns, "infra")
+	waitDeployment(t, c, ns, "two", "Ready", isReady)
+
+	// A new commit: rendered, applied, recorded.
+	second, err := gitSrv.Commit(ns, gitserver.DefaultBranch, twoStageFiles("2"), "bump app to 2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cd := waitDeployment(t, c, ns, "two", "Ready at the new revision", func(cd *capstanv1.ClusterDeployment) bool {
+		return cd.Status.Revision == "main@sha1:"+second && isReady(cd)
+	})
+	if v := object(t, c, configMapGVK, ns, "app-config").Object["data"].(map[string]any)["version"]; v != "2" {
+		t.Fatalf("app-config version = %v after the new commit, want 2: %s", v, describe(cd))
+	}
+
+	// Nothing moves: polls cost one ls-remote each, and no render, no fetch,
+	// no API write.
+	stats, writes := d.Reconciler().Stats(), api.snapshot()
+	infoRefs := "/" + ns + ".git/info/refs"
+	polls := gitSrv.RequestsTo(infoRefs)
+	waitFor(t, "three more polls of the remote", func() (bool, error) {
+		return gitSrv.RequestsTo(infoRefs) >= polls+3, nil
+	})
+	if after := d.Reconciler().Stats(); after != stats {
+		t.Errorf("unchanged remote: stats went from %+v to %+v, want no fetch and no render", stats, after)
+	}
+	if after := api.snapshot(); !equalCounts(writes, after) {
+		t.Errorf("unchanged remote: API writes went from %v to %v, want none", writes, after)
+	}
+}
+
+func equalCounts(a, b map[string]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
