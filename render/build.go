@@ -64,6 +64,9 @@ func Build(ctx context.Context, fsys fs.FS, opts Options) ([]*unstructured.Unstr
 		return nil, err
 	}
 	root := opts.Path
+	if a.isFile(root) {
+		return nil, &Error{File: root, Err: errors.New("is a file; the path must be a directory")}
+	}
 	if !a.isDir(root) {
 		return nil, &Error{File: root, Err: fmt.Errorf("overlay directory: %w", fs.ErrNotExist)}
 	}

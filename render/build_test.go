@@ -297,7 +297,7 @@ func TestBuildErrorIsUsableWithErrorsAs(t *testing.T) {
 }
 
 func TestBuildRefusesPathsOutsideTheArtifact(t *testing.T) {
-	for _, p := range []string{"../testdata", "clusters/../../x", "/clusters/mgmt", ".."} {
+	for _, p := range []string{"../testdata", "clusters/../../x", "/clusters/mgmt", "..", "clusters/mgmt/cluster.yaml"} {
 		t.Run(p, func(t *testing.T) {
 			if _, err := build(t, repo, p); err == nil || !strings.Contains(err.Error(), "path") {
 				t.Errorf("Build(%q) = %v, want a path error", p, err)
@@ -333,7 +333,9 @@ func TestBuildLimits(t *testing.T) {
 		{"too many bytes", small, func(o *Options) { o.MaxBytes = 30 }, "artifact is larger than 30 bytes"},
 		{"too many objects", repo, func(o *Options) { o.Path = "clusters/mgmt"; o.MaxObjects = 3 }, "build would produce up to 5 objects, more than 3"},
 		{"a base used exponentially often", diamonds(20), func(o *Options) { o.Path = "l0" }, "more than 10000"},
-		{"a large file used by a generator many times", generatorBomb(200, 1<<16), func(o *Options) { o.MaxBytes = 1 << 20 }, "build would read"},
+		{"a large file used by a generator many times", generatorBomb(200, 1<<16), func(o *Options) { o.MaxBytes = 1 << 20 }, "build could produce"},
+		{"a large annotation copied into many objects", annotationBomb(5000, 1<<15), nil, "build could produce"},
+		{"a large targeted patch from a component", componentPatchBomb(5000, 1<<15), nil, "build could produce"},
 		{"negative limit", small, func(o *Options) { o.MaxFiles = -1 }, "limits must not be negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -378,6 +380,29 @@ func generatorBomb(n, size int) fstest.MapFS {
 		"kustomization.yaml": {Data: []byte(k.String())},
 		"big.txt":            {Data: bytes.Repeat([]byte("x"), size)},
 	}
+}
+
+// annotationBomb makes n objects and gives each a commonAnnotation of size
+// bytes.
+func annotationBomb(n, size int) fstest.MapFS {
+	var objs strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&objs, "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c%d}\n", i)
+	}
+	return fstest.MapFS{
+		"kustomization.yaml": {Data: []byte("resources: [cms.yaml]\ncommonAnnotations:\n  big: " + strings.Repeat("x", size) + "\n")},
+		"cms.yaml":           {Data: []byte(objs.String())},
+	}
+}
+
+// componentPatchBomb makes n objects and patches all of them with a patch
+// of size bytes that comes from a component without objects of its own.
+func componentPatchBomb(n, size int) fstest.MapFS {
+	m := annotationBomb(n, 0)
+	m["kustomization.yaml"] = &fstest.MapFile{Data: []byte("resources: [cms.yaml]\ncomponents: [comp]\n")}
+	m["comp/kustomization.yaml"] = &fstest.MapFile{Data: []byte("apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\npatches:\n- path: big.yaml\n  target: {kind: ConfigMap}\n")}
+	m["comp/big.yaml"] = &fstest.MapFile{Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: any}\ndata:\n  big: " + strings.Repeat("x", size) + "\n")}
+	return m
 }
 
 func TestBuildHonoursContext(t *testing.T) {

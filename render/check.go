@@ -43,11 +43,28 @@ type plan struct {
 type estimate struct {
 	objects int
 	bytes   int64
+	// perObject is what may be copied into every object the kustomization
+	// (or, for a component, its user) holds: the kustomization file itself
+	// (commonAnnotations, inline patches), patches with a target selector,
+	// transformer configs.
+	perObject int64
 }
 
 func (e *estimate) add(o estimate) {
 	e.objects = min(e.objects, math.MaxInt-o.objects) + o.objects
-	e.bytes = min(e.bytes, math.MaxInt64-o.bytes) + o.bytes
+	e.bytes = addSat(e.bytes, o.bytes)
+	e.perObject = addSat(e.perObject, o.perObject)
+}
+
+func addSat(a, b int64) int64 {
+	return min(a, math.MaxInt64-b) + b
+}
+
+func mulSat(a int64, n int) int64 {
+	if a != 0 && int64(n) > math.MaxInt64/a {
+		return math.MaxInt64
+	}
+	return a * int64(n)
 }
 
 // checker walks the kustomizations reachable from the root before kustomize
@@ -99,7 +116,7 @@ func check(ctx context.Context, a *artifact, root, kfile string, opts Options) (
 		c.fail(&Error{File: file, Err: fmt.Errorf("build would produce up to %d objects, more than %d: %w", est.objects, opts.MaxObjects, ErrLimit)})
 	}
 	if est.bytes > opts.MaxBytes {
-		c.fail(&Error{File: file, Err: fmt.Errorf("build would read %d bytes (files counted each time they are used), more than %d: %w", est.bytes, opts.MaxBytes, ErrLimit)})
+		c.fail(&Error{File: file, Err: fmt.Errorf("build could produce %d bytes (counting files each time they are used, and kustomizations, targeted patches and transformers once per object they may apply to), more than %d: %w", est.bytes, opts.MaxBytes, ErrLimit)})
 	}
 	return c.plan, errors.Join(c.errs...)
 }
@@ -203,7 +220,9 @@ func (c *checker) fields(dir, kfile string, k *types.Kustomization, raw map[stri
 		entries []string
 	}{{"resources", k.Resources}, {"bases", k.Bases}} {
 		for i, e := range list.entries {
-			est.add(c.resource(kfile, dir, at(list.field, i), e, plugin, seen))
+			base := c.resource(kfile, dir, at(list.field, i), e, plugin, seen)
+			base.perObject = 0 // applies to the base's objects only, already counted
+			est.add(base)
 		}
 	}
 	for i, e := range k.Components {
@@ -222,7 +241,7 @@ func (c *checker) fields(dir, kfile string, k *types.Kustomization, raw map[stri
 		for i, e := range list.entries {
 			e := c.pluginEntry(kfile, dir, at(list.field, i), e)
 			if list.field != "generators" {
-				e.objects = 0
+				e.objects, e.perObject, e.bytes = 0, e.bytes, 0
 			}
 			est.add(e)
 		}
@@ -233,11 +252,17 @@ func (c *checker) fields(dir, kfile string, k *types.Kustomization, raw map[stri
 		patches []types.Patch
 	}{{"patches", k.Patches}, {"patchesJson6902", k.PatchesJson6902}} {
 		for i, p := range list.patches {
+			var size int64
 			if p.Path != "" {
-				est.bytes += c.localFile(kfile, dir, at(list.field, i)+".path", p.Path, true, plugin)
+				size = c.localFile(kfile, dir, at(list.field, i)+".path", p.Path, true, plugin)
 			}
 			if p.Patch != "" {
 				c.inlineYAML(kfile, at(list.field, i)+".patch", p.Patch, plugin)
+			}
+			if p.Target != nil {
+				est.perObject = addSat(est.perObject, size)
+			} else {
+				est.bytes = addSat(est.bytes, size)
 			}
 		}
 	}
@@ -246,7 +271,7 @@ func (c *checker) fields(dir, kfile string, k *types.Kustomization, raw map[stri
 			c.inlineYAML(kfile, at("patchesStrategicMerge", i), string(p), plugin)
 			continue
 		}
-		est.bytes += c.localFile(kfile, dir, at("patchesStrategicMerge", i), string(p), true, plugin)
+		est.bytes = addSat(est.bytes, c.localFile(kfile, dir, at("patchesStrategicMerge", i), string(p), true, plugin))
 	}
 
 	for _, list := range []struct {
@@ -260,13 +285,13 @@ func (c *checker) fields(dir, kfile string, k *types.Kustomization, raw map[stri
 				if _, p, found := strings.Cut(f, "="); found {
 					f = p
 				}
-				est.bytes += c.localFile(kfile, dir, fmt.Sprintf("%s[%d].files[%d]", list.field, i, j), f, false, plugin)
+				est.bytes = addSat(est.bytes, c.localFile(kfile, dir, fmt.Sprintf("%s[%d].files[%d]", list.field, i, j), f, false, plugin))
 			}
 			for j, f := range g.EnvSources {
-				est.bytes += c.localFile(kfile, dir, fmt.Sprintf("%s[%d].envs[%d]", list.field, i, j), f, false, plugin)
+				est.bytes = addSat(est.bytes, c.localFile(kfile, dir, fmt.Sprintf("%s[%d].envs[%d]", list.field, i, j), f, false, plugin))
 			}
 			if g.EnvSource != "" {
-				est.bytes += c.localFile(kfile, dir, fmt.Sprintf("%s[%d].env", list.field, i), g.EnvSource, false, plugin)
+				est.bytes = addSat(est.bytes, c.localFile(kfile, dir, fmt.Sprintf("%s[%d].env", list.field, i), g.EnvSource, false, plugin))
 			}
 		}
 	}
@@ -294,6 +319,8 @@ func (c *checker) fields(dir, kfile string, k *types.Kustomization, raw map[stri
 	if plugin {
 		c.fail(pluginKustomizationProblems(file, k, raw)...)
 	}
+	est.perObject = addSat(est.perObject, c.a.files[kfile])
+	est.bytes = addSat(est.bytes, mulSat(est.perObject, est.objects))
 	return est
 }
 

@@ -137,6 +137,10 @@ func (e *Env) startAPIServer(ctx context.Context, etcdURL string) error {
 			"--service-account-key-file=" + e.pki.saKey,
 			"--service-account-signing-key-file=" + e.pki.saKey,
 			"--service-cluster-ip-range=" + serviceCIDR,
+			// The default reconciler fails every few seconds, since endpoints
+			// may not be loopback addresses; nothing runs in-cluster to use
+			// the kubernetes Service anyway.
+			"--endpoint-reconciler-type=none",
 			"--allow-privileged=true",
 			"--profiling=false",
 		}
