@@ -10,16 +10,16 @@ import (
 	"github.com/capstan-dev/capstan/internal/gitserver"
 )
 
-// badInputs break a deployment that was Ready at a good revision. Each must
-// leave one clear error in status, keep the good revision's objects as they
+// badInputs break a deployment that was Ready at a good revision. Each is
+// Stalled (retrying cannot help; a new commit can) and must leave one clear
+// error in status, keep the good revision's objects as they
 // were, and leave the daemon serving the other deployments.
 var badInputs = []struct {
 	name string
 	// change is committed on top of twoStageFiles("1").
 	change map[string]string
 	// want are substrings of the Ready condition's message.
-	want    []string
-	stalled bool
+	want []string
 }{
 	{
 		name: "kustomization lists a file that does not exist",
@@ -27,16 +27,14 @@ var badInputs = []struct {
 			"clusters/two-stage/kustomization.yaml": "resources: [infra.yaml, app.yaml, missing.yaml]\n",
 			"clusters/two-stage/app.yaml":           twoStageFiles("2")["clusters/two-stage/app.yaml"],
 		},
-		want:    []string{"clusters/two-stage/kustomization.yaml", "missing.yaml"},
-		stalled: true,
+		want: []string{"clusters/two-stage/kustomization.yaml", "missing.yaml"},
 	},
 	{
 		name: "YAML syntax error",
 		change: map[string]string{
 			"clusters/two-stage/app.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app-config\ndata: [\n",
 		},
-		want:    []string{"clusters/two-stage/app.yaml"},
-		stalled: true,
+		want: []string{"clusters/two-stage/app.yaml"},
 	},
 	{
 		name: "object whose CRD is missing",
@@ -44,12 +42,11 @@ var badInputs = []struct {
 			"clusters/two-stage/kustomization.yaml": "resources: [infra.yaml, app.yaml, gizmo.yaml]\n",
 			"clusters/two-stage/gizmo.yaml": `apiVersion: nope.capstan.dev/v1
 kind: Gizmo
-metadata: {name: g, namespace: ${NS}, labels: {capstan.dev/stage: Infra}}
+metadata: {name: g, namespace: "${NS}", labels: {capstan.dev/stage: Infra}}
 `,
 			"clusters/two-stage/app.yaml": twoStageFiles("2")["clusters/two-stage/app.yaml"],
 		},
-		want:    []string{"Gizmo/", "CustomResourceDefinition"},
-		stalled: true,
+		want: []string{"Gizmo/", "CustomResourceDefinition"},
 	},
 	{
 		name: "invalid field value",
@@ -57,8 +54,7 @@ metadata: {name: g, namespace: ${NS}, labels: {capstan.dev/stage: Infra}}
 			"clusters/two-stage/infra.yaml": strings.Replace(twoStageFiles("1")["clusters/two-stage/infra.yaml"], "size: 3", "size: three", 1),
 			"clusters/two-stage/app.yaml":   twoStageFiles("2")["clusters/two-stage/app.yaml"],
 		},
-		want:    []string{"Widget/", "spec.size"},
-		stalled: true,
+		want: []string{"Widget/", "spec.size"},
 	},
 }
 
@@ -85,8 +81,8 @@ func TestBadInputKeepsTheLastGoodRevision(t *testing.T) {
 				t.Fatal(err)
 			}
 			cd := waitDeployment(t, c, ns, "two", "the bad revision's error", func(cd *capstanv1.ClusterDeployment) bool {
-				ready := condition(cd, capstanv1.ConditionReady)
-				return cd.Status.Revision == "main@sha1:"+bad && ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason != "Progressing"
+				stalled := condition(cd, capstanv1.ConditionStalled)
+				return cd.Status.Revision == "main@sha1:"+bad && stalled != nil && stalled.Status == metav1.ConditionTrue
 			})
 			msg := condition(cd, capstanv1.ConditionReady).Message
 			for _, want := range tc.want {
@@ -94,8 +90,8 @@ func TestBadInputKeepsTheLastGoodRevision(t *testing.T) {
 					t.Errorf("Ready message %q does not contain %q", msg, want)
 				}
 			}
-			if stalled := condition(cd, capstanv1.ConditionStalled); tc.stalled && (stalled == nil || stalled.Status != metav1.ConditionTrue) {
-				t.Errorf("Stalled condition = %+v, want True", stalled)
+			if ready := condition(cd, capstanv1.ConditionReady); ready.Status != metav1.ConditionFalse {
+				t.Errorf("Ready = %s on a stalled deployment", ready.Status)
 			}
 			if v := object(t, c, configMapGVK, ns, "app-config").Object["data"].(map[string]any)["version"]; v != "1" {
 				t.Errorf("app-config version = %v, want the good revision's 1: the bad revision was half-applied", v)

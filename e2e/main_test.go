@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -10,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/capstan-dev/capstan/internal/gitserver"
 	"github.com/capstan-dev/capstan/internal/testenv"
@@ -26,6 +29,11 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	if os.Getenv("CAPSTAN_E2E_LOG") != "" {
+		ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil)))
+	} else {
+		ctrl.SetLogger(logr.Discard())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	begin := time.Now()

@@ -14,17 +14,17 @@ func threeStageFiles() map[string]string {
 		"clusters/three/kustomization.yaml": "resources: [objects.yaml]\n",
 		"clusters/three/objects.yaml": `apiVersion: v1
 kind: ConfigMap
-metadata: {name: base, namespace: ${NS}, labels: {capstan.dev/stage: Base}}
+metadata: {name: base, namespace: "${NS}", labels: {capstan.dev/stage: Base}}
 data: {a: "1"}
 ---
 apiVersion: test.capstan.dev/v1
 kind: Widget
-metadata: {name: infra, namespace: ${NS}, labels: {capstan.dev/stage: Infra}}
+metadata: {name: infra, namespace: "${NS}", labels: {capstan.dev/stage: Infra}}
 spec: {size: 1}
 ---
 apiVersion: v1
 kind: ConfigMap
-metadata: {name: app, namespace: ${NS}, labels: {capstan.dev/stage: App}}
+metadata: {name: app, namespace: "${NS}", labels: {capstan.dev/stage: App}}
 data: {b: "2"}
 `,
 	}
@@ -56,8 +56,8 @@ func TestRestartMidPlanResumes(t *testing.T) {
 	}
 	first, _ := startDaemon(t, nil)
 	createDeployment(t, c, ns, "three", threeStageSpec(url, ns, gitSecret(t, c, ns)))
-	waitDeployment(t, c, ns, "three", "stage Infra waiting", func(cd *capstanv1.ClusterDeployment) bool {
-		return stage(cd, "Base").State == capstanv1.StageReady && stage(cd, "Infra").State == capstanv1.StageInProgress
+	waitDeployment(t, c, ns, "three", "stage Infra applied and waiting", func(cd *capstanv1.ClusterDeployment) bool {
+		return stage(cd, "Base").State == capstanv1.StageReady && stage(cd, "Infra").AppliedAt != nil
 	})
 	stopDaemon(first)
 	before := getDeployment(t, c, ns, "three")

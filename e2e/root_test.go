@@ -32,7 +32,7 @@ spec:
 		dir + "/overlay/kustomization.yaml": "resources: [cm.yaml]\n",
 		dir + "/overlay/cm.yaml": `apiVersion: v1
 kind: ConfigMap
-metadata: {name: ` + name + `-settings, namespace: ${NS}}
+metadata: {name: ` + name + `-settings, namespace: "${NS}"}
 data: {cluster: ` + name + `}
 `,
 	}

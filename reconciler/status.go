@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -18,6 +19,9 @@ import (
 // maxMessage bounds a message in status, so that a long error list cannot
 // push the object past etcd's size limit.
 const maxMessage = 4096
+
+// statusWriteTimeout bounds one status write.
+const statusWriteTimeout = 10 * time.Second
 
 func setCondition(cd *capstanv1.ClusterDeployment, typ string, status bool, reason, msg string) {
 	s := metav1.ConditionFalse
@@ -41,11 +45,15 @@ func conditionTrue(cd *capstanv1.ClusterDeployment, typ string) bool {
 }
 
 // patchStatus writes the status when it differs from before; an unchanged
-// status costs no API call.
+// status costs no API call. The write outlives a cancelled ctx by up to
+// statusWriteTimeout, so that progress made just before a shutdown (an
+// apply that finished) is recorded and not redone by the next daemon.
 func (r *Reconciler) patchStatus(ctx context.Context, before, after *capstanv1.ClusterDeployment) error {
 	if equality.Semantic.DeepEqual(before.Status, after.Status) {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statusWriteTimeout)
+	defer cancel()
 	if err := r.client.Status().Patch(ctx, after, client.MergeFrom(before)); err != nil {
 		return fmt.Errorf("patch status of ClusterDeployment %s/%s: %w", after.Namespace, after.Name, err)
 	}

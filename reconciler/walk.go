@@ -30,42 +30,54 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 
 	for i := range a.plan.Stages {
 		stage := &a.plan.Stages[i]
-		st := &cd.Status.Stages[i]
-		if st.State == capstanv1.StageReady {
+		// Look the stage's status up afresh after every patch: a patch
+		// decodes the server's answer into cd, which may replace the slice.
+		st := func() *capstanv1.StageStatus { return &cd.Status.Stages[i] }
+		if st().State == capstanv1.StageReady {
 			continue
 		}
-		if stuck, err := r.hardTimeout(stage, st); stuck {
+		if stuck, err := r.hardTimeout(stage, st()); stuck {
 			return false, err
 		}
 		before := cd.DeepCopy()
-		applied := st.State == capstanv1.StageInProgress
-		r.startAttempt(cd, st, stage)
+		applied := st().State == capstanv1.StageInProgress && st().AppliedAt != nil
+		r.startAttempt(cd, st(), stage)
 		if err := r.patchStatus(ctx, before, cd); err != nil {
 			return false, err
 		}
 		if !applied {
-			r.event(cd, "Normal", "StageInProgress", "stage %s started at %s (%d objects)", st.Name, a.revision, st.Objects)
+			r.event(cd, "Normal", "StageInProgress", "stage %s started at %s (%d objects)", st().Name, a.revision, st().Objects)
 		}
 
-		waitCtx, cancel := context.WithTimeout(ctx, r.opts.WaitSlice)
-		res := r.executor.Run(waitCtx, stage, owner, stages.RunOptions{SkipApply: applied})
-		cancel()
-
-		before = cd.DeepCopy()
-		r.recordResult(cd, st, stage, res)
-		if err := r.patchStatus(ctx, before, cd); err != nil {
-			return false, err
+		var res stages.Result
+		if !applied {
+			res = r.executor.ApplyStage(ctx, stage, owner)
+			before = cd.DeepCopy()
+			r.recordResult(cd, st(), stage, res)
+			if err := r.patchStatus(ctx, before, cd); err != nil {
+				return false, err
+			}
+		}
+		if res.State != capstanv1.StageFailed {
+			waitCtx, cancel := context.WithTimeout(ctx, r.opts.WaitSlice)
+			res = r.executor.WaitStage(waitCtx, stage, owner)
+			cancel()
+			before = cd.DeepCopy()
+			r.recordResult(cd, st(), stage, res)
+			if err := r.patchStatus(ctx, before, cd); err != nil {
+				return false, err
+			}
 		}
 		switch res.State {
 		case capstanv1.StageReady:
-			r.event(cd, "Normal", "StageReady", "stage %s ready after %s", st.Name, st.FinishedAt.Sub(st.StartedAt.Time).Round(time.Millisecond))
+			r.event(cd, "Normal", "StageReady", "stage %s ready after %s", st().Name, st().FinishedAt.Sub(st().StartedAt.Time).Round(time.Millisecond))
 			continue
 		case capstanv1.StageFailed:
-			r.event(cd, "Warning", "StageFailed", "stage %s attempt %d failed: %s", st.Name, st.Attempts, res.Message)
+			r.event(cd, "Warning", "StageFailed", "stage %s attempt %d failed: %s", st().Name, st().Attempts, res.Message)
 			if stages.IsStalled(res.Err) {
 				return false, res.Err
 			}
-			a.requeue = r.backoff(int(st.Attempts))
+			a.requeue = r.backoff(int(st().Attempts))
 		default:
 			// Not ready yet: the wait slice already waited on watch events,
 			// so come back soon rather than after the poll interval.
@@ -134,6 +146,11 @@ func (r *Reconciler) startAttempt(cd *capstanv1.ClusterDeployment, st *capstanv1
 
 func (r *Reconciler) recordResult(cd *capstanv1.ClusterDeployment, st *capstanv1.StageStatus, stage *stages.Stage, res stages.Result) {
 	st.Message = redact(res.Message)
+	if res.Applied {
+		now := metav1.NewTime(r.opts.Now())
+		st.AppliedAt = &now
+		st.Message = summarizeChanges(res)
+	}
 	switch res.State {
 	case capstanv1.StageReady:
 		now := metav1.NewTime(r.opts.Now())
@@ -141,9 +158,6 @@ func (r *Reconciler) recordResult(cd *capstanv1.ClusterDeployment, st *capstanv1
 		st.FinishedAt = &now
 		st.Stuck = false
 		st.Message = ""
-		if res.ChangeSet != nil {
-			st.Message = summarizeChanges(res)
-		}
 	case capstanv1.StageFailed:
 		st.State = capstanv1.StageFailed
 		setCondition(cd, capstanv1.ConditionReady, false, "StageFailed", fmt.Sprintf("stage %s: %s", st.Name, st.Message))

@@ -2,6 +2,7 @@ package stages
 
 import (
 	"errors"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
@@ -33,6 +34,11 @@ func IsStalled(err error) bool {
 	return errors.As(err, &s)
 }
 
+// isInvalid reports whether the API server refused the object itself: a
+// field the schema does not allow, a value of the wrong type. Server-side
+// apply reports a type mismatch as "failed to create typed patch object"
+// with no reason, so that is matched by its text.
 func isInvalid(err error) bool {
-	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
+	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
+		strings.Contains(err.Error(), "failed to create typed patch object")
 }

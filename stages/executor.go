@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/fluxcd/pkg/ssa"
 	"golang.org/x/sync/errgroup"
@@ -39,6 +40,8 @@ type Result struct {
 	Message string
 	// ChangeSet lists what the apply created, configured or left unchanged.
 	ChangeSet *ssa.ChangeSet
+	// Applied is true when this attempt applied every object of the stage.
+	Applied bool
 	// Err is set when State is StageFailed. IsStalled(Err) tells whether
 	// retrying can help.
 	Err error
@@ -88,24 +91,47 @@ type RunOptions struct {
 // ends at ctx's deadline; a stage still not ready then is returned
 // InProgress with what it waits for, which is not a failure.
 func (e *Executor) Run(ctx context.Context, stage *Stage, owner Owner, opts RunOptions) Result {
-	res := Result{Stage: stage.Name}
-	checker, err := NewChecker(stage.ReadyWhen)
-	if err != nil {
-		return failed(res, Stalled(fmt.Errorf("stage %s: %w", stage.Name, err)))
+	if !opts.SkipApply {
+		if res := e.ApplyStage(ctx, stage, owner); res.State == capstanv1.StageFailed {
+			return res
+		} else if res.Applied {
+			waited := e.WaitStage(ctx, stage, owner)
+			waited.ChangeSet, waited.Applied = res.ChangeSet, true
+			return waited
+		}
 	}
+	return e.WaitStage(ctx, stage, owner)
+}
+
+// ApplyStage applies the objects of an apply stage. For other actions it
+// applies nothing; an action the executor cannot carry out yet fails as
+// stalled. The result is StageInProgress (applied, readiness unknown) or
+// StageFailed.
+func (e *Executor) ApplyStage(ctx context.Context, stage *Stage, owner Owner) Result {
+	res := Result{Stage: stage.Name, State: capstanv1.StageInProgress}
 	switch stage.Action {
 	case capstanv1.StageActionApply, "":
-		if opts.SkipApply {
-			break
-		}
 		cs, err := e.Apply(ctx, stage.Objects, stage.Name, owner)
 		res.ChangeSet = cs
 		if err != nil {
 			return failed(res, err)
 		}
+		res.Applied = true
 	case capstanv1.StageActionWait:
 	default:
 		return failed(res, Stalled(fmt.Errorf("stage %s: action %q is not supported yet", stage.Name, stage.Action)))
+	}
+	return res
+}
+
+// WaitStage waits until the stage's readiness checks hold for its objects,
+// or ctx ends (then the result is StageInProgress and says what it waits
+// for).
+func (e *Executor) WaitStage(ctx context.Context, stage *Stage, owner Owner) Result {
+	res := Result{Stage: stage.Name}
+	checker, err := NewChecker(stage.ReadyWhen)
+	if err != nil {
+		return failed(res, Stalled(fmt.Errorf("stage %s: %w", stage.Name, err)))
 	}
 	verdict, err := e.Wait(ctx, stage.Objects, checker, owner)
 	if err != nil {
@@ -215,7 +241,10 @@ func (e *Executor) each(objects []*unstructured.Unstructured, fn func(int, *unst
 // classifyApplyError names the object and marks errors a retry cannot fix
 // (a kind the cluster does not know, an invalid object) as stalled.
 func classifyApplyError(obj *unstructured.Unstructured, err error) error {
-	wrapped := fmt.Errorf("apply %s: %w", ObjectRef(obj), err)
+	wrapped := err
+	if !strings.Contains(err.Error(), ObjectRef(obj)) {
+		wrapped = fmt.Errorf("apply %s: %w", ObjectRef(obj), err)
+	}
 	if meta.IsNoMatchError(err) {
 		return Stalled(fmt.Errorf("apply %s: the cluster does not serve %s (is its CustomResourceDefinition installed?): %w",
 			ObjectRef(obj), obj.GroupVersionKind().GroupVersion().WithKind(obj.GetKind()), err))

@@ -1,6 +1,7 @@
 package stages_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -162,11 +163,31 @@ var readinessCases = []struct {
 		wantMessage: []string{"Terminating"},
 	},
 	{
-		name:        "a pathological expression stops at the cost limit, not ready",
-		checks:      checks(readyCEL("lists.range(5000).all(i, lists.range(5000).all(j, i + j >= 0))")),
+		name:        "nested comprehensions stop at the cost limit, not ready",
+		checks:      checks(readyCEL(nestedComprehension(7))),
 		obj:         widgetWithStatus(nil),
 		wantMessage: []string{"cost limit exceeded"},
 	},
+	{
+		name:        "a huge list stops at the cost limit, not ready",
+		checks:      checks(readyCEL("lists.range(1000000).size() > 0")),
+		obj:         widgetWithStatus(nil),
+		wantMessage: []string{"cost limit exceeded"},
+	},
+}
+
+// nestedComprehension is depth comprehensions over ten elements, nested:
+// 10^depth evaluations of the innermost sum.
+func nestedComprehension(depth int) string {
+	vars := make([]string, depth)
+	for i := range vars {
+		vars[i] = fmt.Sprintf("v%d", i)
+	}
+	expr := strings.Join(vars, " + ") + " >= 0"
+	for i := depth - 1; i >= 0; i-- {
+		expr = fmt.Sprintf("lists.range(10).all(%s, %s)", vars[i], expr)
+	}
+	return expr
 }
 
 func TestCheckerEvaluate(t *testing.T) {

@@ -194,6 +194,10 @@ type StageStatus struct {
 	// StartedAt is when the stage first left Pending for this revision.
 	// +optional
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// AppliedAt is when the stage's objects were applied at this revision.
+	// A stage in progress with AppliedAt set only waits on the next attempt.
+	// +optional
+	AppliedAt *metav1.Time `json:"appliedAt,omitempty"`
 	// FinishedAt is when the stage became Ready.
 	// +optional
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`

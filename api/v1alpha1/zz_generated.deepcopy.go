@@ -290,6 +290,10 @@ func (in *StageStatus) DeepCopyInto(out *StageStatus) {
 		in, out := &in.StartedAt, &out.StartedAt
 		*out = (*in).DeepCopy()
 	}
+	if in.AppliedAt != nil {
+		in, out := &in.AppliedAt, &out.AppliedAt
+		*out = (*in).DeepCopy()
+	}
 	if in.FinishedAt != nil {
 		in, out := &in.FinishedAt, &out.FinishedAt
 		*out = (*in).DeepCopy()

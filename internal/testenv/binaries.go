@@ -54,7 +54,7 @@ func EnsureBinaries(ctx context.Context, progress io.Writer) (string, error) {
 	if missing := missingBinaries(dir); len(missing) == 0 {
 		return dir, nil
 	} else if scriptErr != nil {
-		return "", fmt.Errorf("find test binaries: %s missing in %s and %w; build them with `make testbin` or set %s",
+		return "", fmt.Errorf("find test binaries: %s missing in %s and %w; build them with `make testbin` (e2e/testbin/build.sh) or point %s at a directory holding them",
 			strings.Join(missing, ", "), dir, scriptErr, binDirEnv)
 	}
 

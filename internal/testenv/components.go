@@ -239,7 +239,7 @@ func httpOK(client *http.Client, url, token string) func(context.Context) (bool,
 		}
 		resp, err := client.Do(req)
 		if err != nil {
-			return false, fmt.Errorf("GET %s: %w", url, err)
+			return false, err // a *url.Error, which names method and URL
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))

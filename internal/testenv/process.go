@@ -43,13 +43,14 @@ type process struct {
 }
 
 // startProcess starts bin with args, sending stdout and stderr to
-// <dir>/<name>.log. The process outlives ctx: ctx only bounds the start.
+// <dir>/<name>.log, which a retry on other ports overwrites. The process
+// outlives ctx: ctx only bounds the start.
 func startProcess(ctx context.Context, dir, name, bin string, args []string) (*process, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	logPath := filepath.Join(dir, name+".log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: open log: %w", name, err)
 	}
@@ -87,10 +88,14 @@ func (p *process) exited() bool {
 func (p *process) pid() int { return p.cmd.Process.Pid }
 
 // stop sends SIGTERM, waits up to stopGrace and then kills the process. It
-// is safe to call more than once.
+// is safe to call more than once. It returns an error with the log's tail if
+// the process had exited before.
 func (p *process) stop() error {
 	p.stopOnce.Do(func() {
 		if p.exited() {
+			// A control plane that died under the tests explains their
+			// failures; say so instead of stopping quietly.
+			p.stopErr = p.failure("stop", errors.New("exited before Stop"))
 			return
 		}
 		if err := p.cmd.Process.Signal(stopSignal); err != nil && !p.exited() {

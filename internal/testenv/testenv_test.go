@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -163,6 +164,7 @@ func TestStartFailureQuotesLog(t *testing.T) {
 			t.Errorf("error does not mention %q:\n%v", want, err)
 		}
 	}
+	t.Logf("Start error:\n%v", err)
 	if _, statErr := os.Stat(filepath.Join(dir, "etcd.log")); statErr != nil {
 		t.Errorf("a given Dir must be kept with its logs: %v", statErr)
 	}
@@ -192,5 +194,43 @@ func TestKubernetesVersionMatchesTestbin(t *testing.T) {
 	}
 	if got != KubernetesVersion {
 		t.Errorf("e2e/testbin builds %s, KubernetesVersion is %s", got, KubernetesVersion)
+	}
+}
+
+// TestStartOnFreePortsRetriesTakenPorts pins the retry policy: a port taken
+// before the binary bound it is retried on other ports, any other failure is
+// returned at once.
+func TestStartOnFreePortsRetriesTakenPorts(t *testing.T) {
+	tests := []struct {
+		name      string
+		failures  []error // returned by successive starts, then success
+		wantCalls int
+		wantErr   bool
+	}{
+		{"first start works", nil, 1, false},
+		{"taken port is retried", []error{errAddrInUse}, 2, false},
+		{"other failures are not retried", []error{errors.New("bad flag")}, 1, true},
+		{"gives up after portAttempts", []error{errAddrInUse, errAddrInUse, errAddrInUse}, portAttempts, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			calls := 0
+			_, err := startOnFreePorts(t.Context(), 2, func(ports []int) (*process, error) {
+				calls++
+				if len(ports) != 2 || ports[0] == ports[1] {
+					t.Errorf("ports = %v, want two distinct ports", ports)
+				}
+				if calls <= len(tt.failures) {
+					return nil, fmt.Errorf("start etcd: %w", tt.failures[calls-1])
+				}
+				return &process{}, nil
+			})
+			if calls != tt.wantCalls {
+				t.Errorf("start called %d times, want %d", calls, tt.wantCalls)
+			}
+			if (err != nil) != tt.wantErr {
+				t.Errorf("error = %v, want error: %v", err, tt.wantErr)
+			}
+		})
 	}
 }
