@@ -65,8 +65,16 @@ func run(m *testing.M) int {
 // "PATCH /api/v1/namespaces/x/configmaps/y", with server-side dry-runs
 // counted apart as "PATCH(dry-run) ...".
 type requestCounter struct {
-	mu     sync.Mutex
-	writes map[string]int // "PATCH /api/v1/namespaces/x/configmaps/y" -> count
+	mu       sync.Mutex
+	requests int            // every request, reads included
+	writes   map[string]int // "PATCH /api/v1/namespaces/x/configmaps/y" -> count
+}
+
+// all returns how many requests were made, reads included.
+func (c *requestCounter) all() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.requests
 }
 
 // wrap returns a copy of cfg whose requests are counted.
@@ -74,6 +82,9 @@ func (c *requestCounter) wrap(cfg *rest.Config) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			c.mu.Lock()
+			c.requests++
+			c.mu.Unlock()
 			if req.Method != http.MethodGet {
 				c.mu.Lock()
 				if c.writes == nil {

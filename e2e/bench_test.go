@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/internal/gitserver"
+)
+
+// chainFiles is an overlay of n stages, each one ConfigMap (ready as soon
+// as it exists), so that the time to Ready is the executor's and the
+// reconciler's own overhead per stage.
+func chainFiles(n int) (map[string]string, []capstanv1.StageSpec) {
+	var b strings.Builder
+	var specs []capstanv1.StageSpec
+	for i := range n {
+		name := fmt.Sprintf("S%d", i+1)
+		fmt.Fprintf(&b, "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-%d\n  namespace: ${NS}\n  labels: {capstan.dev/stage: %s}\ndata: {i: \"%d\"}\n", i, name, i)
+		specs = append(specs, capstanv1.StageSpec{Name: name})
+	}
+	return map[string]string{
+		"chain/kustomization.yaml": "resources: [objects.yaml]\n",
+		"chain/objects.yaml":       b.String(),
+	}, specs
+}
+
+// BenchmarkFiveStageChain measures a git push of a five-stage overlay to
+// the deployment being Ready: each stage waits for the previous one, and
+// the next stage starts on the watch event, not after a requeue interval.
+func BenchmarkFiveStageChain(b *testing.B) {
+	c := newClient(b)
+	startDaemon(b, nil)
+	files, specs := chainFiles(5)
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		ns := newNamespace(b)
+		url, err := gitSrv.CreateRepo(ns)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, files, "chain"); err != nil {
+			b.Fatal(err)
+		}
+		spec := capstanv1.ClusterDeploymentSpec{
+			Source:     &capstanv1.SourceSpec{Git: &capstanv1.GitSource{URL: url, SecretRef: &capstanv1.LocalObjectReference{Name: gitSecret(b, c, ns)}}},
+			Path:       "chain",
+			Substitute: map[string]string{"NS": ns},
+			Stages:     specs,
+		}
+		b.StartTimer()
+		createDeployment(b, c, ns, "chain", spec)
+		waitDeployment(b, c, ns, "chain", "Ready", isReady)
+		b.StopTimer()
+		deleteDeployment(b, c, ns, "chain")
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N)/5, "ms/stage")
+}
+
+// deleteDeployment removes a deployment so that no daemon of a later run
+// keeps polling for it.
+func deleteDeployment(b *testing.B, c client.Client, ns, name string) {
+	cd := &capstanv1.ClusterDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	if err := c.Delete(context.Background(), cd); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkNoopPoll measures what one poll of an unchanged remote costs a
+// Ready deployment: requests to the git server and to the API server.
+func BenchmarkNoopPoll(b *testing.B) {
+	c := newClient(b)
+	ns := newNamespace(b)
+	url, err := gitSrv.CreateRepo(ns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	files, specs := chainFiles(5)
+	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, files, "chain"); err != nil {
+		b.Fatal(err)
+	}
+	_, api := startDaemon(b, nil)
+	createDeployment(b, c, ns, "chain", capstanv1.ClusterDeploymentSpec{
+		Source:     &capstanv1.SourceSpec{Git: &capstanv1.GitSource{URL: url, SecretRef: &capstanv1.LocalObjectReference{Name: gitSecret(b, c, ns)}}},
+		Path:       "chain",
+		Substitute: map[string]string{"NS": ns},
+		Stages:     specs,
+		Interval:   &metav1.Duration{Duration: 200 * time.Millisecond},
+	})
+	waitDeployment(b, c, ns, "chain", "Ready", isReady)
+	b.Cleanup(func() { deleteDeployment(b, c, ns, "chain") })
+	repo := func() int64 {
+		return gitSrv.RequestsTo("/"+ns+".git/info/refs") + gitSrv.RequestsTo("/"+ns+".git/git-upload-pack")
+	}
+	gitBefore, apiBefore := repo(), api.all()
+	polls := gitSrv.RequestsTo("/" + ns + ".git/info/refs")
+	b.ResetTimer()
+	waitFor(b, "polls", func() (bool, error) {
+		return gitSrv.RequestsTo("/"+ns+".git/info/refs") >= polls+int64(b.N), nil
+	})
+	b.StopTimer()
+	n := float64(gitSrv.RequestsTo("/"+ns+".git/info/refs") - polls)
+	b.ReportMetric(float64(repo()-gitBefore)/n, "git-requests/poll")
+	b.ReportMetric(float64(api.all()-apiBefore)/n, "api-requests/poll")
+}
