@@ -127,7 +127,7 @@ func printPlan(w io.Writer, plan *stages.Plan, format string) error {
 		return enc.Encode(out)
 	case "yaml":
 		for _, s := range plan.Stages {
-			fmt.Fprintf(w, "# stage %s (%s, %d objects)\n", s.Name, s.Action, len(s.Objects))
+			fmt.Fprintf(w, "# stage %s (%s, %s)\n", s.Name, s.Action, plural(len(s.Objects), "object"))
 			for _, o := range s.Objects {
 				data, err := yaml.Marshal(o.Object)
 				if err != nil {
@@ -140,4 +140,11 @@ func printPlan(w io.Writer, plan *stages.Plan, format string) error {
 	default:
 		return fmt.Errorf("--output %q: expected yaml or json", format)
 	}
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
