@@ -10,7 +10,7 @@ CONTROLLER_GEN_VERSION := v0.23.0
 
 export CAPSTAN_TESTBIN_DIR := $(TESTBIN_DIR)
 
-.PHONY: all build test unit e2e bench testbin generate fmt vet tools clean
+.PHONY: all build test unit e2e bench bench-sources testbin generate fmt vet tools clean
 
 all: build
 
@@ -19,6 +19,8 @@ build: ## Build bin/capstan
 
 tools: ## Install the Debian packages the tests use (git)
 	@command -v git >/dev/null || (apt-get update && apt-get install -y --no-install-recommends git)
+	@(command -v gpg && command -v ssh-keygen) >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gnupg openssh-client)
+	@(command -v promtool && command -v prometheus) >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus)
 
 testbin: ## Build etcd, kube-apiserver and kube-controller-manager into the cache
 	e2e/testbin/build.sh >/dev/null
@@ -35,6 +37,10 @@ e2e: tools testbin
 bench: tools testbin ## Benchmarks; figures go to docs/benchmarks.md
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./stages/ ./e2e/
 
+bench-sources: ## Source benchmarks: requests per unchanged poll, push-to-revision latency (docs/benchmarks.md)
+	$(GO) test -run '^$$' -bench RevisionUnchanged ./sources/oci/ ./sources/git/
+	$(GO) test -run '^$$' -bench PushToRevision -benchtime 10x ./sources/oci/ ./sources/webhook/
+
 vet:
 	$(GO) vet ./...
 
@@ -44,6 +50,10 @@ fmt:
 generate: ## Regenerate deepcopy code and CRDs from api/
 	$(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION) \
 		object paths=./api/... crd:maxDescLen=400 output:crd:dir=./manifests/crds
+
+.PHONY: crds
+crds: ## Download the Cluster API and Metal3 modules whose CRDs the tests install (versions in e2e/crds/go.mod), so later test runs work offline
+	cd e2e/crds && GONOSUMDB=github.com/metal3-io GOFLAGS=-mod=mod GOWORK=off $(GO) mod download -x
 
 clean:
 	rm -rf bin

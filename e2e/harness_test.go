@@ -45,12 +45,22 @@ func newNamespace(t testing.TB) string {
 // API requests counted. It is closed when the test ends.
 func startDaemon(t testing.TB, root *reconciler.RootOptions) (*reconciler.Daemon, *requestCounter) {
 	t.Helper()
+	return startDaemonWith(t, root, nil)
+}
+
+// startDaemonWith is startDaemon with options changed by tune first (the
+// metrics and health addresses, for instance).
+func startDaemonWith(t testing.TB, root *reconciler.RootOptions, tune func(*reconciler.Options)) (*reconciler.Daemon, *requestCounter) {
+	t.Helper()
 	counter := &requestCounter{}
 	opts := reconciler.DefaultOptions()
 	opts.Config = counter.wrap(env.Config)
 	opts.MetricsAddr, opts.HealthAddr = "0", "0"
 	opts.Reconciler.WaitSlice = 3 * time.Second
 	opts.Root = root
+	if tune != nil {
+		tune(&opts)
+	}
 	d, err := reconciler.New(opts)
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,8 @@
 // Package manifests holds what installs Capstan into a cluster: its CRDs
-// (generated from api/ by `make generate`), RBAC and Deployment. They are
-// embedded so that the binary can install itself (capstan dev, pivot) and
-// tests can load the CRDs without knowing the repository layout.
+// (generated from api/ by `make generate`), RBAC and Deployment, and what
+// watches it: alert rules and a Grafana dashboard. They are embedded so
+// that the binary can install itself (capstan dev, pivot) and tests can
+// load them without knowing the repository layout.
 package manifests
 
 import "embed"
@@ -15,3 +16,16 @@ var CRDs embed.FS
 //
 //go:embed install/*.yaml
 var Install embed.FS
+
+// Alerts holds the alert rules: alerts/capstan.rules.yaml (a Prometheus
+// rules file) and alerts/prometheusrule.yaml (the same rules for the
+// Prometheus Operator). Their runbooks are in docs/alerts.md.
+//
+//go:embed alerts/capstan.rules.yaml alerts/prometheusrule.yaml
+var Alerts embed.FS
+
+// Dashboards holds dashboards/*.json, Grafana dashboards over Capstan's
+// metrics.
+//
+//go:embed dashboards/*.json
+var Dashboards embed.FS

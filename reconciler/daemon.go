@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -15,13 +16,17 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/reconciler/metrics"
 	"github.com/capstan-dev/capstan/stages"
 )
 
@@ -31,8 +36,12 @@ type Options struct {
 	Config *rest.Config
 	// Root, when set, is the root source whose ClusterDeployments the daemon applies.
 	Root *RootOptions
-	// MetricsAddr serves Prometheus metrics; "0" disables it.
+	// MetricsAddr serves Prometheus metrics at /metrics; "0" disables it.
 	MetricsAddr string
+	// MetricsRegistry receives Capstan's metrics. Nil means
+	// controller-runtime's registry, the one MetricsAddr serves. Daemons
+	// sharing a registry share one collector.
+	MetricsRegistry prometheus.Registerer
 	// HealthAddr serves /healthz and /readyz; "0" disables it.
 	HealthAddr string
 	// Workers is how many deployments are reconciled at once.
@@ -96,12 +105,17 @@ func New(opts Options) (*Daemon, error) {
 		return nil, fmt.Errorf("new daemon: create manager: %w", err)
 	}
 	if opts.HealthAddr != "0" {
-		if err := mgr.AddHealthzCheck("ping", func(_ *http.Request) error { return nil }); err != nil {
-			return nil, err
+		if err := addProbes(mgr); err != nil {
+			return nil, fmt.Errorf("new daemon: %w", err)
 		}
-		if err := mgr.AddReadyzCheck("ping", func(_ *http.Request) error { return nil }); err != nil {
-			return nil, err
-		}
+	}
+	reg := opts.MetricsRegistry
+	if reg == nil {
+		reg = ctrlmetrics.Registry
+	}
+	collector, err := metrics.For(reg)
+	if err != nil {
+		return nil, fmt.Errorf("new daemon: %w", err)
 	}
 	direct, err := client.NewWithWatch(opts.Config, client.Options{Scheme: scheme, Mapper: mgr.GetRESTMapper()})
 	if err != nil {
@@ -112,6 +126,7 @@ func New(opts Options) (*Daemon, error) {
 		executor: stages.NewExecutor(direct, stages.WithConcurrency(opts.ApplyConcurrency)),
 		sources:  newSourceCache(),
 		events:   mgr.GetEventRecorder("capstan"),
+		metrics:  collector,
 		opts:     opts.Reconciler,
 	}
 	workers := opts.Workers
@@ -139,6 +154,36 @@ func New(opts Options) (*Daemon, error) {
 		d.root = root
 	}
 	return d, nil
+}
+
+// cacheSyncProbeTimeout bounds how long /readyz waits for the caches.
+const cacheSyncProbeTimeout = time.Second
+
+// addProbes serves /healthz (the process answers) and /readyz (the
+// ClusterDeployment informer and every other informer have synced, so the
+// controller works on what the cluster holds, not on an empty view).
+func addProbes(mgr manager.Manager) error {
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("add healthz check: %w", err)
+	}
+	err := mgr.AddReadyzCheck("informers-synced", func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), cacheSyncProbeTimeout)
+		defer cancel()
+		// GetInformer reaches the API server for the kind's mapping, so an
+		// unreachable API server fails here.
+		inf, err := mgr.GetCache().GetInformer(ctx, &capstanv1.ClusterDeployment{}, cache.BlockUntilSynced(false))
+		if err != nil {
+			return fmt.Errorf("ClusterDeployment informer: %w", err)
+		}
+		if !inf.HasSynced() || !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("informer caches not synced yet")
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("add readyz check: %w", err)
+	}
+	return nil
 }
 
 // RootStatus reports what the root source last did; the zero value when

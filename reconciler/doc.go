@@ -2,8 +2,9 @@
 // ask the source for its revision, fetch and render only when something
 // changed, build the plan, and walk its stages with the stages.Executor.
 // It is the one place that turns what the other packages return into
-// effects: ClusterDeployment status, Kubernetes events and logs (later also
-// git commits, pull-request comments and metrics).
+// effects: ClusterDeployment status, Kubernetes events, logs and Prometheus
+// metrics (reconciler/metrics; later also git commits and pull-request
+// comments).
 //
 // Daemon wires the loop into a controller-runtime manager together with the
 // root source, which applies every ClusterDeployment committed under a path

@@ -9,12 +9,14 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/reconciler/metrics"
 	"github.com/capstan-dev/capstan/render"
 	"github.com/capstan-dev/capstan/sources"
 	"github.com/capstan-dev/capstan/stages"
@@ -37,6 +39,7 @@ type Reconciler struct {
 	executor *stages.Executor
 	sources  *sourceCache
 	events   recorder.EventRecorder
+	metrics  *metrics.Collector
 	opts     ReconcilerOptions
 
 	fetches  atomic.Int64
@@ -80,6 +83,9 @@ type attempt struct {
 	plan     *stages.Plan
 	// requeue is when to come back; zero means the poll interval.
 	requeue time.Duration
+	// outcome is how the attempt ended, for metrics. A stage still
+	// waiting is a success.
+	outcome metrics.Outcome
 }
 
 // step is one part of a reconcile. done ends the walk early without error.
@@ -89,12 +95,30 @@ type step func(ctx context.Context, a *attempt) (done bool, err error)
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	cd := &capstanv1.ClusterDeployment{}
 	if err := r.client.Get(ctx, req.NamespacedName, cd); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.Namespace, req.Name)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if cd.Spec.Suspend || !cd.DeletionTimestamp.IsZero() {
+	if !cd.DeletionTimestamp.IsZero() {
+		r.forget(cd.Namespace, cd.Name)
 		return reconcile.Result{}, nil
 	}
-	a := &attempt{cd: cd}
+	if cd.Spec.Suspend {
+		// A suspended deployment polls nothing: its source must not look stale.
+		r.metrics.RecordStages(cd)
+		r.metrics.ForgetSource(cd.Namespace, cd.Name)
+		return reconcile.Result{}, nil
+	}
+	begin := time.Now()
+	a := &attempt{cd: cd, outcome: metrics.OutcomeSuccess}
+	res, err := r.runSteps(ctx, a)
+	r.metrics.RecordStages(a.cd)
+	r.metrics.ObserveReconcile(a.cd, time.Since(begin), a.outcome)
+	return res, err
+}
+
+func (r *Reconciler) runSteps(ctx context.Context, a *attempt) (reconcile.Result, error) {
 	steps := []step{r.checkSource, r.fetchArtifact, r.renderObjects, r.buildPlan, r.walkStages}
 	for _, s := range steps {
 		done, err := s(ctx, a)
@@ -106,6 +130,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	return reconcile.Result{RequeueAfter: r.requeueAfter(a)}, nil
+}
+
+// forget drops what the reconciler keeps of a deployment that is gone:
+// its metric series and its failure count.
+func (r *Reconciler) forget(namespace, name string) {
+	r.metrics.Forget(namespace, name)
+	r.failures.reset(types.NamespacedName{Namespace: namespace, Name: name})
 }
 
 func (r *Reconciler) requeueAfter(a *attempt) time.Duration {
@@ -132,14 +163,24 @@ func (r *Reconciler) checkSource(ctx context.Context, a *attempt) (bool, error) 
 		return false, err
 	}
 	a.source = src
+	begin := time.Now()
 	rev, err := src.revision(ctx)
+	r.metrics.ObserveSource(a.cd, metrics.SourceObservation{
+		Operation: metrics.SourceRevision, Duration: time.Since(begin), Revision: rev, Interval: interval(a.cd), Err: err,
+	})
 	if err != nil {
 		return false, fmt.Errorf("check source: %w", err)
 	}
 	a.revision = rev
 	st := a.cd.Status
 	if st.Revision == rev && st.ObservedGeneration == a.cd.Generation {
-		if conditionTrue(a.cd, capstanv1.ConditionReady) || conditionTrue(a.cd, capstanv1.ConditionStalled) {
+		if conditionTrue(a.cd, capstanv1.ConditionReady) {
+			return true, nil
+		}
+		if conditionTrue(a.cd, capstanv1.ConditionStalled) {
+			// Still stalled on the same input: no retry, but still a
+			// failure, so that alerts on failing deployments see it.
+			a.outcome = metrics.OutcomeStalled
 			return true, nil
 		}
 	}
@@ -147,7 +188,15 @@ func (r *Reconciler) checkSource(ctx context.Context, a *attempt) (bool, error) 
 }
 
 func (r *Reconciler) fetchArtifact(ctx context.Context, a *attempt) (bool, error) {
+	begin := time.Now()
 	art, fetched, err := a.source.fetch(ctx, a.revision)
+	if fetched {
+		o := metrics.SourceObservation{Operation: metrics.SourceFetch, Duration: time.Since(begin), Interval: interval(a.cd), Err: err}
+		if err == nil {
+			o.Revision = art.Revision
+		}
+		r.metrics.ObserveSource(a.cd, o)
+	}
 	if err != nil {
 		return false, fmt.Errorf("fetch %s: %w", a.revision, err)
 	}
@@ -200,6 +249,10 @@ func (r *Reconciler) fail(ctx context.Context, a *attempt, err error) (reconcile
 	}
 	cd.Status.ObservedGeneration = cd.Generation
 	isStalled := stages.IsStalled(err) || sources.IsStalled(err)
+	a.outcome = metrics.OutcomeError
+	if isStalled {
+		a.outcome = metrics.OutcomeStalled
+	}
 	msg := err.Error()
 	setCondition(cd, capstanv1.ConditionReady, false, reasonFor(err), msg)
 	if isStalled {

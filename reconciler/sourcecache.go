@@ -3,6 +3,9 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +14,7 @@ import (
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/sources"
 	"github.com/capstan-dev/capstan/sources/git"
+	"github.com/capstan-dev/capstan/sources/oci"
 	"github.com/capstan-dev/capstan/stages"
 )
 
@@ -88,26 +92,45 @@ func (c *sourceCache) lookup(key string) (*sourceEntry, bool) {
 	return e, ok
 }
 
-// sourceFor returns the source entry of a deployment: its own git source,
-// or the root source when it names none.
+// sourceFor returns the source entry of a deployment: its own git or OCI
+// source, or the root source when it names none.
 func (r *Reconciler) sourceFor(ctx context.Context, cd *capstanv1.ClusterDeployment) (*sourceEntry, error) {
 	spec := cd.Spec.Source
-	if spec == nil || spec.Git == nil {
-		e, ok := r.sources.lookup(rootSourceKey)
-		if !ok {
-			return nil, stages.Stalled(fmt.Errorf("spec.source: not set, and the daemon runs without a root source (--source); set spec.source.git.url"))
-		}
-		return e, nil
+	switch {
+	case spec != nil && spec.Git != nil && spec.OCI != nil:
+		return nil, stages.Stalled(fmt.Errorf("spec.source: set only one of git and oci"))
+	case spec != nil && spec.Git != nil:
+		return r.gitSourceFor(ctx, cd, spec.Git)
+	case spec != nil && spec.OCI != nil:
+		return r.ociSourceFor(ctx, cd, spec.OCI)
 	}
-	opts := git.Options{URL: spec.Git.URL, Branch: spec.Git.Ref.Branch}
+	e, ok := r.sources.lookup(rootSourceKey)
+	if !ok {
+		return nil, stages.Stalled(fmt.Errorf("spec.source: not set, and the daemon runs without a root source (--source); set spec.source.git.url or spec.source.oci.url"))
+	}
+	return e, nil
+}
+
+// readSecret reads the Secret a source's secretRef names, from the
+// deployment's namespace.
+func (r *Reconciler) readSecret(ctx context.Context, cd *capstanv1.ClusterDeployment, field, name string) (*corev1.Secret, error) {
+	secret := &corev1.Secret{}
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: cd.Namespace, Name: name}, secret); err != nil {
+		return nil, fmt.Errorf("%s: read Secret %s/%s: %w", field, cd.Namespace, name, err)
+	}
+	return secret, nil
+}
+
+func (r *Reconciler) gitSourceFor(ctx context.Context, cd *capstanv1.ClusterDeployment, spec *capstanv1.GitSource) (*sourceEntry, error) {
+	opts := git.Options{URL: spec.URL, Branch: spec.Ref.Branch}
 	if opts.Branch == "" {
 		opts.Branch = "main"
 	}
 	key := fmt.Sprintf("git|%s|%s", opts.URL, opts.Branch)
-	if ref := spec.Git.SecretRef; ref != nil {
-		secret := &corev1.Secret{}
-		if err := r.client.Get(ctx, client.ObjectKey{Namespace: cd.Namespace, Name: ref.Name}, secret); err != nil {
-			return nil, fmt.Errorf("spec.source.git.secretRef: read Secret %s/%s: %w", cd.Namespace, ref.Name, err)
+	if ref := spec.SecretRef; ref != nil {
+		secret, err := r.readSecret(ctx, cd, "spec.source.git.secretRef", ref.Name)
+		if err != nil {
+			return nil, err
 		}
 		opts.Auth = git.Auth{
 			Username:      string(secret.Data["username"]),
@@ -117,10 +140,85 @@ func (r *Reconciler) sourceFor(ctx context.Context, cd *capstanv1.ClusterDeploym
 		}
 		key += fmt.Sprintf("|%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
 	}
+	if v := spec.Verify; v != nil {
+		secret, err := r.readSecret(ctx, cd, "spec.source.git.verify.secretRef", v.SecretRef.Name)
+		if err != nil {
+			return nil, err
+		}
+		opts.Verify = &git.Verify{}
+		for _, k := range slices.Sorted(maps.Keys(secret.Data)) {
+			switch {
+			case strings.HasSuffix(k, ".asc"):
+				opts.Verify.OpenPGPKeyRings = append(opts.Verify.OpenPGPKeyRings, string(secret.Data[k]))
+			case strings.HasSuffix(k, ".pub"), k == "authorized_keys":
+				opts.Verify.SSHKeys = append(opts.Verify.SSHKeys, secret.Data[k])
+			}
+		}
+		if len(opts.Verify.OpenPGPKeyRings)+len(opts.Verify.SSHKeys) == 0 {
+			return nil, stages.Stalled(fmt.Errorf("spec.source.git.verify.secretRef: Secret %s/%s has no key ending in .asc (OpenPGP) or .pub (SSH)",
+				cd.Namespace, v.SecretRef.Name))
+		}
+		key += fmt.Sprintf("|verify=%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
+	}
 	return r.sources.get(key, func() (sources.Source, error) {
 		src, err := git.New(opts)
 		if err != nil {
 			return nil, stages.Stalled(fmt.Errorf("spec.source.git: %w", err))
+		}
+		return src, nil
+	})
+}
+
+// Keys of a Secret that may hold a docker config, in the order they are
+// tried: the one of a kubernetes.io/dockerconfigjson Secret, then a file
+// name people use with kubectl create secret generic --from-file.
+var dockerConfigKeys = []string{corev1.DockerConfigJsonKey, "config.json"}
+
+func (r *Reconciler) ociSourceFor(ctx context.Context, cd *capstanv1.ClusterDeployment, spec *capstanv1.OCISource) (*sourceEntry, error) {
+	opts := oci.Options{
+		URL:      spec.URL,
+		Ref:      oci.Ref{Tag: spec.Ref.Tag, SemVer: spec.Ref.SemVer, Digest: spec.Ref.Digest},
+		Insecure: spec.Insecure,
+	}
+	key := fmt.Sprintf("oci|%s|tag=%s|semver=%s|digest=%s|insecure=%t", opts.URL, opts.Ref.Tag, opts.Ref.SemVer, opts.Ref.Digest, opts.Insecure)
+	if ref := spec.SecretRef; ref != nil {
+		secret, err := r.readSecret(ctx, cd, "spec.source.oci.secretRef", ref.Name)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range dockerConfigKeys {
+			if data := secret.Data[k]; len(data) > 0 {
+				opts.Auth.DockerConfig = data
+				break
+			}
+		}
+		if opts.Auth.DockerConfig == nil {
+			return nil, stages.Stalled(fmt.Errorf("spec.source.oci.secretRef: Secret %s/%s has no %s key: create it with kubectl create secret docker-registry",
+				cd.Namespace, ref.Name, strings.Join(dockerConfigKeys, " or ")))
+		}
+		key += fmt.Sprintf("|%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
+	}
+	if v := spec.Verify; v != nil {
+		secret, err := r.readSecret(ctx, cd, "spec.source.oci.verify.secretRef", v.SecretRef.Name)
+		if err != nil {
+			return nil, err
+		}
+		opts.Verify = &oci.Verify{}
+		for _, k := range slices.Sorted(maps.Keys(secret.Data)) {
+			if strings.HasSuffix(k, ".pub") {
+				opts.Verify.PublicKeys = append(opts.Verify.PublicKeys, secret.Data[k])
+			}
+		}
+		if len(opts.Verify.PublicKeys) == 0 {
+			return nil, stages.Stalled(fmt.Errorf("spec.source.oci.verify.secretRef: Secret %s/%s has no key ending in .pub: create it with kubectl create secret generic %s --from-file=cosign.pub",
+				cd.Namespace, v.SecretRef.Name, v.SecretRef.Name))
+		}
+		key += fmt.Sprintf("|verify=%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
+	}
+	return r.sources.get(key, func() (sources.Source, error) {
+		src, err := oci.New(opts)
+		if err != nil {
+			return nil, stages.Stalled(fmt.Errorf("spec.source.oci: %w", err))
 		}
 		return src, nil
 	})

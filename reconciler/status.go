@@ -45,7 +45,8 @@ func conditionTrue(cd *capstanv1.ClusterDeployment, typ string) bool {
 }
 
 // patchStatus writes the status when it differs from before; an unchanged
-// status costs no API call. The write outlives a cancelled ctx by up to
+// status costs no API call. The stage metrics are recorded from what was
+// written. The write outlives a cancelled ctx by up to
 // statusWriteTimeout, so that progress made just before a shutdown (an
 // apply that finished) is recorded and not redone by the next daemon.
 func (r *Reconciler) patchStatus(ctx context.Context, before, after *capstanv1.ClusterDeployment) error {
@@ -57,6 +58,9 @@ func (r *Reconciler) patchStatus(ctx context.Context, before, after *capstanv1.C
 	if err := r.client.Status().Patch(ctx, after, client.MergeFrom(before)); err != nil {
 		return fmt.Errorf("patch status of ClusterDeployment %s/%s: %w", after.Namespace, after.Name, err)
 	}
+	// Metrics follow what was written, so a long walk shows each stage as
+	// it moves rather than at the end of the reconcile.
+	r.metrics.RecordStages(after)
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/reconciler/metrics"
 	"github.com/capstan-dev/capstan/stages"
 )
 
@@ -52,6 +53,7 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 		var res stages.Result
 		if !applied {
 			res = r.executor.ApplyStage(ctx, stage, owner)
+			r.metrics.CountApply(cd, res.ChangeSet)
 			before = cd.DeepCopy()
 			r.recordResult(cd, st(), stage, res)
 			if err := r.patchStatus(ctx, before, cd); err != nil {
@@ -59,7 +61,7 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 			}
 		}
 		if res.State != capstanv1.StageFailed {
-			waitCtx, cancel := context.WithTimeout(ctx, r.opts.WaitSlice)
+			waitCtx, cancel := context.WithTimeout(ctx, r.waitSlice(stage, st()))
 			res = r.executor.WaitStage(waitCtx, stage, owner)
 			cancel()
 			before = cd.DeepCopy()
@@ -70,13 +72,18 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 		}
 		switch res.State {
 		case capstanv1.StageReady:
+			r.metrics.ObserveStageEnd(st().Name, metrics.StageResultReady, st().FinishedAt.Sub(st().StartedAt.Time))
 			r.event(cd, "Normal", "StageReady", "stage %s ready after %s", st().Name, st().FinishedAt.Sub(st().StartedAt.Time).Round(time.Millisecond))
 			continue
 		case capstanv1.StageFailed:
+			r.metrics.ObserveStageEnd(st().Name, metrics.StageResultFailed, r.opts.Now().Sub(st().StartedAt.Time))
 			r.event(cd, "Warning", "StageFailed", "stage %s attempt %d failed: %s", st().Name, st().Attempts, res.Message)
 			if stages.IsStalled(res.Err) {
 				return false, res.Err
 			}
+			// A failed attempt is a failed reconcile, though the walk
+			// itself ends without error: the stage is retried with backoff.
+			a.outcome = metrics.OutcomeError
 			a.requeue = r.backoff(int(st().Attempts))
 		default:
 			// Not ready yet: the wait slice already waited on watch events,
@@ -99,6 +106,23 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 	}
 	log.FromContext(ctx).Info("deployment ready", "revision", a.revision)
 	return true, nil
+}
+
+// minWaitSlice is the shortest wait of an attempt that waitSlice cuts short.
+const minWaitSlice = time.Second
+
+// waitSlice is how long one attempt waits for a stage: the configured
+// slice, cut short when the stage would pass its stuckAfter during it, so
+// that status and the stuck metric flip on time rather than a slice late.
+func (r *Reconciler) waitSlice(stage *stages.Stage, st *capstanv1.StageStatus) time.Duration {
+	slice := r.opts.WaitSlice
+	if stage.StuckAfter == nil || st.Stuck || st.StartedAt == nil {
+		return slice
+	}
+	// A millisecond past the threshold, since stuck means strictly longer;
+	// at least a second, so that the wait can list what it waits for.
+	until := st.StartedAt.Add(stage.StuckAfter.Duration).Sub(r.opts.Now()) + time.Millisecond
+	return min(slice, max(until, minWaitSlice))
 }
 
 // resetStagesIfNew starts a new walk when the revision or the spec changed:

@@ -6,7 +6,8 @@
 //
 // Every source builds its Artifact.FS with a MemFSBuilder, the one place that
 // enforces what an artifact may hold (regular files inside the root, within
-// Limits), and wraps ErrAuth, ErrNotFound, ErrRefused or ErrInvalid into
-// failures that retrying cannot fix, so that the reconciler can tell them
-// from transient ones with IsStalled.
+// Limits); Symlinks turns the links of an archive or a folder into copies of
+// their targets, or refuses them. Sources wrap ErrAuth, ErrNotFound,
+// ErrRefused or ErrInvalid into failures that retrying cannot fix, so that
+// the reconciler can tell them from transient ones with IsStalled.
 package sources

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/fluxcd/pkg/ssa"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
@@ -185,13 +187,72 @@ func (e *Executor) Apply(ctx context.Context, objects []*unstructured.Unstructur
 		}
 		if hasCRD(wave) {
 			// Wait for the CRDs to be Established before objects of their kinds are applied.
-			checker, _ := NewChecker(nil)
-			if _, err := e.waitUntilReady(ctx, wave, checker, owner); err != nil {
-				return cs, fmt.Errorf("wait for CustomResourceDefinitions: %w", err)
+			if err := e.waitEstablished(ctx, wave, owner); err != nil {
+				return cs, err
 			}
 		}
 	}
 	return cs, nil
+}
+
+// crdEstablishTimeout bounds the wait for a stage's CRDs when ctx allows
+// longer: the API server establishes a CRD within seconds, and one whose
+// names it refuses never, while the apply may run without a deadline.
+var crdEstablishTimeout = time.Minute
+
+// waitEstablished waits until the definitions just applied are ready (CRDs
+// Established, Namespaces Active). Not ready in time is an error that says
+// what is awaited: the objects that need them must not be applied yet.
+func (e *Executor) waitEstablished(ctx context.Context, definitions []*unstructured.Unstructured, owner Owner) error {
+	ctx, cancel := context.WithTimeout(ctx, crdEstablishTimeout)
+	defer cancel()
+	checker, err := NewChecker(nil)
+	if err != nil {
+		return fmt.Errorf("wait for CustomResourceDefinitions: %w", err)
+	}
+	verdict, err := e.waitUntilReady(ctx, definitions, checker, owner)
+	if err != nil {
+		return fmt.Errorf("wait for CustomResourceDefinitions: %w", err)
+	}
+	if !verdict.Ready {
+		return fmt.Errorf("wait for CustomResourceDefinitions: %s", verdict.Message)
+	}
+	return e.waitServed(ctx, definitions)
+}
+
+// waitServed waits until the client can map every kind the CRDs define.
+// Established does not mean that discovery lists the kind yet, and an
+// object applied before it does fails as if its CRD were missing. Discovery
+// cannot be watched, so this polls, briefly.
+func (e *Executor) waitServed(ctx context.Context, definitions []*unstructured.Unstructured) error {
+	for _, crd := range definitions {
+		if !isCRD(crd) {
+			continue
+		}
+		group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
+		kind, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "kind")
+		versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+		for _, v := range versions {
+			version, _ := v.(map[string]any)
+			name, _ := version["name"].(string)
+			if served, _ := version["served"].(bool); !served {
+				continue
+			}
+			gk := schema.GroupKind{Group: group, Kind: kind}
+			for delay := 50 * time.Millisecond; ; delay = min(delay*2, time.Second) {
+				_, err := e.client.RESTMapper().RESTMapping(gk, name)
+				if err == nil {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("wait for %s to be served: %w", gk.WithVersion(name), err)
+				case <-time.After(delay):
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // applyWave applies objects in two phases, each from the worker pool:
@@ -221,7 +282,14 @@ func (e *Executor) applyWave(ctx context.Context, objects []*unstructured.Unstru
 			errs[i] = classifyApplyError(obj, err)
 		}
 	})
-	return entries, errors.Join(errs...)
+	// An object whose apply failed was not created or configured.
+	kept := make([]ssa.ChangeSetEntry, 0, len(entries))
+	for i := range entries {
+		if errs[i] == nil {
+			kept = append(kept, entries[i])
+		}
+	}
+	return kept, errors.Join(errs...)
 }
 
 // each calls fn for every object from a pool of e.concurrency workers and
@@ -273,7 +341,10 @@ func isDefinition(obj *unstructured.Unstructured) bool {
 }
 
 func hasCRD(objects []*unstructured.Unstructured) bool {
-	return slices.ContainsFunc(objects, func(o *unstructured.Unstructured) bool {
-		return o.GetKind() == "CustomResourceDefinition"
-	})
+	return slices.ContainsFunc(objects, isCRD)
+}
+
+func isCRD(obj *unstructured.Unstructured) bool {
+	gvk := obj.GroupVersionKind()
+	return gvk.Group == "apiextensions.k8s.io" && gvk.Kind == "CustomResourceDefinition"
 }

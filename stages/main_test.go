@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/capstan-dev/capstan/internal/testenv"
 )
@@ -24,6 +26,9 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	// The executor logs nothing itself; this silences controller-runtime's
+	// complaint that no logger was set.
+	ctrllog.SetLogger(logr.Discard())
 	if testing.Short() {
 		os.Exit(m.Run())
 	}

@@ -43,7 +43,8 @@ func (p *Plan) Names() []string {
 // its selector matches first; a wait stage checks the objects its selector
 // matches, whichever stage applies them. Every problem is reported at once:
 // an unknown stage name on an object, an object no stage applies, a
-// duplicate stage, an invalid selector.
+// duplicate stage, an invalid selector, a readiness check that does not
+// compile.
 func BuildPlan(specs []capstanv1.StageSpec, objects []*unstructured.Unstructured) (*Plan, error) {
 	var errs []error
 	plan := &Plan{Stages: make([]Stage, len(specs))}
@@ -63,6 +64,13 @@ func BuildPlan(specs []capstanv1.StageSpec, objects []*unstructured.Unstructured
 			errs = append(errs, fmt.Errorf("stages[%d].select.labelSelector: %w", i, err))
 		}
 		selectors[i] = m
+		// Compile the readiness checks now, so that a typo in a late
+		// stage stops the plan before an early stage is applied.
+		if _, err := NewChecker(spec.ReadyWhen); err != nil {
+			for _, err := range unjoin(err) {
+				errs = append(errs, fmt.Errorf("stages[%d].%w", i, err))
+			}
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -107,6 +115,14 @@ func BuildPlan(specs []capstanv1.StageSpec, objects []*unstructured.Unstructured
 		return nil, errors.Join(errs...)
 	}
 	return plan, nil
+}
+
+// unjoin returns the errors err joins, or err alone.
+func unjoin(err error) []error {
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		return joined.Unwrap()
+	}
+	return []error{err}
 }
 
 func pinnedStage(obj *unstructured.Unstructured) string {

@@ -260,6 +260,15 @@ var planCases = []struct {
 		wantErr: []string{"stages[0].select.labelSelector:", `"Near" is not a valid label selector operator`},
 	},
 	{
+		name: "readiness checks that do not compile are reported with their stage",
+		specs: []capstanv1.StageSpec{
+			{Name: "A", Select: everything, ReadyWhen: []capstanv1.ReadinessCheck{{CEL: "true"}, {CEL: "object.status.ready =="}}},
+			{Name: "B", Select: everything, ReadyWhen: []capstanv1.ReadinessCheck{{CEL: "object.metadata.name"}, {CEL: "'not a bool'"}}},
+		},
+		wantErr:  []string{"stages[0].readyWhen[1].cel: ERROR", "stages[1].readyWhen[1].cel: expression returns string, expected bool"},
+		wantErrs: 2,
+	},
+	{
 		name: "all stage problems are reported at once",
 		specs: []capstanv1.StageSpec{
 			applyStage("A", everything),

@@ -108,6 +108,17 @@ func (e *Executor) follow(ctx context.Context, g groupKey, names map[string]bool
 	}
 	listGVK := g.gvk.GroupVersion().WithKind(g.gvk.Kind + "List")
 	backoff := 100 * time.Millisecond
+	// retry waits out a transient error before listing again; the stage
+	// keeps waiting. It returns false when ctx ends first.
+	retry := func() bool {
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return false
+		}
+		backoff = min(backoff*2, 5*time.Second)
+		return true
+	}
 	for ctx.Err() == nil {
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(listGVK)
@@ -126,16 +137,11 @@ func (e *Executor) follow(ctx context.Context, g groupKey, names map[string]bool
 				send(observation{err: Stalled(fmt.Errorf("watch %s: %w", g.gvk.Kind, err))})
 				return
 			}
-			// A transient error: try again shortly, the stage keeps waiting.
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
+			if !retry() {
 				return
 			}
-			backoff = min(backoff*2, 5*time.Second)
 			continue
 		}
-		backoff = 100 * time.Millisecond
 		seen := map[string]bool{}
 		for i := range list.Items {
 			item := &list.Items[i]
@@ -156,8 +162,14 @@ func (e *Executor) follow(ctx context.Context, g groupKey, names map[string]bool
 		watchList.SetGroupVersionKind(listGVK)
 		w, err := e.client.Watch(ctx, watchList, append(opts, &client.ListOptions{Raw: watchOptions(list.GetResourceVersion())})...)
 		if err != nil {
+			// Back off as for a failed list, or a watch that cannot be
+			// opened (RBAC without watch) turns into a hot loop of lists.
+			if !retry() {
+				return
+			}
 			continue
 		}
+		backoff = 100 * time.Millisecond
 		e.drain(ctx, w, g, names, send)
 		w.Stop()
 	}

@@ -44,10 +44,78 @@ type ClusterDeploymentSpec struct {
 }
 
 // SourceSpec names one source; exactly one field is set.
+// +kubebuilder:validation:XValidation:rule="has(self.git) != has(self.oci)",message="set exactly one of git and oci"
 type SourceSpec struct {
 	// Git reads the overlay from a git repository.
 	// +optional
 	Git *GitSource `json:"git,omitempty"`
+
+	// OCI reads the overlay from an OCI artifact, in the format `flux push
+	// artifact` and `capstan push artifact` produce.
+	// +optional
+	OCI *OCISource `json:"oci,omitempty"`
+}
+
+// OCISource is an artifact in an OCI registry.
+type OCISource struct {
+	// URL of the repository: oci://host[:port]/path, without tag or digest.
+	// +kubebuilder:validation:Pattern=`^oci://[^@?#]+$`
+	URL string `json:"url"`
+
+	// Ref selects the artifact. Defaults to the tag latest.
+	// +optional
+	Ref OCIRef `json:"ref,omitempty"`
+
+	// SecretRef names a Secret in the deployment's namespace holding a
+	// docker config under `.dockerconfigjson` (a
+	// kubernetes.io/dockerconfigjson Secret) or `config.json`. Credential
+	// helpers are not run.
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+
+	// Insecure allows plain http to a registry that is not on loopback;
+	// loopback registries are always reached over http.
+	// +optional
+	Insecure bool `json:"insecure,omitempty"`
+
+	// Verify, when set, makes Capstan refuse an artifact without a valid
+	// signature: nothing of it is rendered, and status says why.
+	// +optional
+	Verify *OCIVerify `json:"verify,omitempty"`
+}
+
+// OCIVerify says how an OCI artifact's signature is checked.
+type OCIVerify struct {
+	// Provider of the signatures: cosign, key-based, stored the way
+	// `cosign sign --key` stores them (tag sha256-<digest>.sig).
+	// +kubebuilder:validation:Enum=cosign
+	// +kubebuilder:default=cosign
+	// +optional
+	Provider string `json:"provider,omitempty"`
+
+	// SecretRef names a Secret in the deployment's namespace whose keys
+	// ending in `.pub` hold PEM public keys (cosign.pub). One signature
+	// made with one of them is enough.
+	SecretRef LocalObjectReference `json:"secretRef"`
+}
+
+// OCIRef selects an artifact of an OCI repository; at most one field is
+// set.
+// +kubebuilder:validation:XValidation:rule="(has(self.tag) ? 1 : 0) + (has(self.semver) ? 1 : 0) + (has(self.digest) ? 1 : 0) <= 1",message="set at most one of tag, semver and digest"
+type OCIRef struct {
+	// Tag to follow, e.g. v1.4.0 or latest.
+	// +optional
+	Tag string `json:"tag,omitempty"`
+
+	// SemVer follows the highest tag that is a semantic version within this
+	// range, e.g. ">=1.2.0 <2.0.0".
+	// +optional
+	SemVer string `json:"semver,omitempty"`
+
+	// Digest pins one manifest, e.g. sha256:4f2c...
+	// +optional
+	// +kubebuilder:validation:Pattern=`^sha256:[a-f0-9]{64}$`
+	Digest string `json:"digest,omitempty"`
 }
 
 // GitSource is a branch of a git repository.
@@ -66,6 +134,21 @@ type GitSource struct {
 	// https, `identity` and `known_hosts` for ssh.
 	// +optional
 	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+
+	// Verify, when set, makes Capstan refuse a head commit that is not
+	// signed by one of the trusted keys: nothing of it is rendered, and
+	// status says why.
+	// +optional
+	Verify *GitVerify `json:"verify,omitempty"`
+}
+
+// GitVerify names the keys that may sign the followed branch's commits.
+type GitVerify struct {
+	// SecretRef names a Secret in the deployment's namespace whose keys
+	// ending in `.asc` hold ASCII-armored OpenPGP public keys and whose
+	// keys ending in `.pub` (or named `authorized_keys`) hold SSH public
+	// keys in authorized_keys format, for gpg.format=ssh signatures.
+	SecretRef LocalObjectReference `json:"secretRef"`
 }
 
 // GitRef selects a revision of a git repository.

@@ -1,5 +1,6 @@
 // Command capstan is Capstan's one binary: the daemon (`run`) and the
-// commands people use next to it (`render`, `profiles`, `version`).
+// commands people use next to it (`status`, `events`, `render`, `profiles`,
+// `version`).
 package main
 
 import (

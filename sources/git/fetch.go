@@ -53,6 +53,11 @@ func (s *Source) Fetch(ctx context.Context) (*sources.Artifact, error) {
 	if err != nil {
 		return nil, s.newError("fetch", nil, "read commit "+head.Hash().String(), err)
 	}
+	if s.verify != nil {
+		if err := s.verify.verify(commit); err != nil {
+			return nil, s.newError("fetch", nil, "", err)
+		}
+	}
 	tree, err := commit.Tree()
 	if err != nil {
 		return nil, s.newError("fetch", nil, "read tree of commit "+head.Hash().String(), err)

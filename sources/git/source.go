@@ -25,6 +25,9 @@ type Options struct {
 	// Limits bound the fetched artifact; zero fields take the defaults of
 	// sources.DefaultLimits.
 	Limits sources.Limits
+	// Verify, when set, makes Fetch refuse a head commit that is not
+	// signed by one of its keys.
+	Verify *Verify
 }
 
 // Auth holds credentials for a remote, as read from a deployment's
@@ -59,6 +62,7 @@ type Source struct {
 	auth    transport.AuthMethod
 	opts    Options
 	limits  sources.Limits
+	verify  *verifier // nil: commits are not verified
 }
 
 var _ sources.Source = (*Source)(nil)
@@ -88,6 +92,11 @@ func New(opts Options) (*Source, error) {
 	}
 	if s.auth, err = authMethod(ep, opts.Auth); err != nil {
 		return nil, fmt.Errorf("git source %s: %w", display, err)
+	}
+	if opts.Verify != nil {
+		if s.verify, err = newVerifier(opts.Verify); err != nil {
+			return nil, fmt.Errorf("git source %s: %w", display, err)
+		}
 	}
 	return s, nil
 }

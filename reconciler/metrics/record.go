@@ -1,0 +1,132 @@
+package metrics
+
+import (
+	"time"
+
+	"github.com/fluxcd/pkg/ssa"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+)
+
+// RecordStages sets the stage families from the deployment's status: the
+// state of every stage, its start time and its stuck flag. Stages that left
+// the plan lose their series.
+func (c *Collector) RecordStages(cd *capstanv1.ClusterDeployment) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d := c.entry(cd)
+	seen := make(map[string]bool, len(cd.Status.Stages))
+	for _, st := range cd.Status.Stages {
+		seen[st.Name] = true
+		for _, s := range States {
+			c.stageState.WithLabelValues(cd.Namespace, cd.Name, st.Name, string(s)).Set(b2f(st.State == s))
+		}
+		if st.StartedAt != nil && st.State != capstanv1.StagePending {
+			c.stageStarted.WithLabelValues(cd.Namespace, cd.Name, st.Name).Set(float64(st.StartedAt.UnixMilli()) / 1000)
+		} else {
+			c.stageStarted.DeleteLabelValues(cd.Namespace, cd.Name, st.Name)
+		}
+		c.stageStuck.WithLabelValues(cd.Namespace, cd.Name, st.Name).Set(b2f(st.Stuck && st.State != capstanv1.StageReady))
+	}
+	for name := range d.stages {
+		if !seen[name] {
+			c.deleteStage(cd.Namespace, cd.Name, name)
+		}
+	}
+	d.stages = seen
+}
+
+func (c *Collector) deleteStage(namespace, name, stage string) {
+	for _, s := range States {
+		c.stageState.DeleteLabelValues(namespace, name, stage, string(s))
+	}
+	c.stageStarted.DeleteLabelValues(namespace, name, stage)
+	c.stageStuck.DeleteLabelValues(namespace, name, stage)
+}
+
+// ObserveStageEnd records how long a stage ran until it became Ready or
+// until an attempt at it failed. A stage still waiting has not ended.
+func (c *Collector) ObserveStageEnd(stage string, result StageResult, d time.Duration) {
+	c.stageDuration.WithLabelValues(stage, string(result)).Observe(d.Seconds())
+}
+
+// ObserveReconcile records one reconcile of the deployment. Only
+// OutcomeError and OutcomeStalled count as failures.
+func (c *Collector) ObserveReconcile(cd *capstanv1.ClusterDeployment, d time.Duration, outcome Outcome) {
+	c.reconcileDuration.WithLabelValues(string(outcome)).Observe(d.Seconds())
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entry(cd)
+	if outcome == OutcomeSuccess {
+		e.failures = 0
+	} else {
+		e.failures++
+	}
+	c.failures.WithLabelValues(cd.Namespace, cd.Name).Set(float64(e.failures))
+}
+
+// ObserveSource records one request to the deployment's source. A source
+// that never answered since the daemon started shows a last success of 0,
+// so that an alert on its age fires.
+func (c *Collector) ObserveSource(cd *capstanv1.ClusterDeployment, o SourceObservation) {
+	result := "success"
+	if o.Err != nil {
+		result = "error"
+	}
+	c.sourceDuration.WithLabelValues(string(o.Operation), result).Observe(o.Duration.Seconds())
+	if o.Interval > 0 {
+		c.sourceInterval.WithLabelValues(cd.Namespace, cd.Name).Set(o.Interval.Seconds())
+	}
+	success := c.sourceSuccess.WithLabelValues(cd.Namespace, cd.Name)
+	if o.Err != nil {
+		// Touch the series without moving it: 0 when it is new.
+		success.Add(0)
+		return
+	}
+	success.Set(float64(c.now().UnixMilli()) / 1000)
+	if o.Revision == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entry(cd)
+	if e.revision != o.Revision {
+		if e.revision != "" {
+			c.revisionInfo.DeleteLabelValues(cd.Namespace, cd.Name, e.revision)
+		}
+		e.revision = o.Revision
+	}
+	c.revisionInfo.WithLabelValues(cd.Namespace, cd.Name, o.Revision).Set(1)
+}
+
+// CountApply counts the objects of a stage's change set by what the apply
+// did to them.
+func (c *Collector) CountApply(cd *capstanv1.ClusterDeployment, cs *ssa.ChangeSet) {
+	if cs == nil {
+		return
+	}
+	for _, e := range cs.Entries {
+		c.applyObjects.WithLabelValues(cd.Namespace, cd.Name, string(e.Action)).Inc()
+	}
+}
+
+// ForgetSource deletes the source series of a deployment that stopped
+// polling (suspended), so that its source does not look stale.
+func (c *Collector) ForgetSource(namespace, name string) {
+	labels := map[string]string{labelNamespace: namespace, labelName: name}
+	c.sourceSuccess.DeletePartialMatch(labels)
+	c.sourceInterval.DeletePartialMatch(labels)
+}
+
+// Forget deletes every series of a ClusterDeployment, once it is deleted.
+// The stage and reconcile histograms are kept: they aggregate over
+// deployments.
+func (c *Collector) Forget(namespace, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	labels := map[string]string{labelNamespace: namespace, labelName: name}
+	for _, vec := range c.perDeployment() {
+		vec.DeletePartialMatch(labels)
+	}
+	delete(c.deployments, key{namespace, name})
+}
