@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -121,7 +122,7 @@ func TestApply(t *testing.T) {
 			"ConfigMap/" + ns + "/settings": ssa.CreatedAction,
 			"Widget/" + ns + "/sprocket":    ssa.CreatedAction,
 		}
-		if got := actions(cs); !mapsEqual(got, want) {
+		if got := actions(cs); !maps.Equal(got, want) {
 			t.Errorf("change set = %v, want %v", got, want)
 		}
 		for _, obj := range objs {
@@ -174,22 +175,10 @@ func TestApply(t *testing.T) {
 			"ConfigMap/" + ns + "/settings": ssa.ConfiguredAction,
 			"Widget/" + ns + "/sprocket":    ssa.UnchangedAction,
 		}
-		if got := actions(cs); !mapsEqual(got, want) {
+		if got := actions(cs); !maps.Equal(got, want) {
 			t.Errorf("change set = %v, want %v", got, want)
 		}
 	})
-}
-
-func mapsEqual[K comparable, V comparable](a, b map[K]V) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 func widgetStage(objs ...*unstructured.Unstructured) *stages.Stage {

@@ -3,6 +3,7 @@ package stages_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -56,7 +57,7 @@ func TestApplyChangeSetLeavesOutFailedApplies(t *testing.T) {
 		t.Errorf("a failed apply is stalled; retrying may well help: %v", err)
 	}
 	want := map[string]ssa.Action{"ConfigMap/" + ns + "/accepted": ssa.CreatedAction}
-	if got := actions(cs); !mapsEqual(got, want) {
+	if got := actions(cs); !maps.Equal(got, want) {
 		t.Errorf("change set = %v, want %v", got, want)
 	}
 }
