@@ -180,8 +180,9 @@ func TestNewCommitIsAppliedAndUnchangedRemoteIsANoop(t *testing.T) {
 	}
 
 	// Nothing moves: polls cost one ls-remote each, and no render, no fetch,
-	// no API write.
-	stats, writes := d.Reconciler().Stats(), api.snapshot()
+	// no API request at all (the deployment comes from the informer cache,
+	// the credentials from the source cache).
+	stats, writes, requests := d.Reconciler().Stats(), api.snapshot(), api.all()
 	infoRefs := "/" + ns + ".git/info/refs"
 	polls := gitSrv.RequestsTo(infoRefs)
 	waitFor(t, "three more polls of the remote", func() (bool, error) {
@@ -192,6 +193,9 @@ func TestNewCommitIsAppliedAndUnchangedRemoteIsANoop(t *testing.T) {
 	}
 	if after := api.snapshot(); !equalCounts(writes, after) {
 		t.Errorf("unchanged remote: API writes went from %v to %v, want none", writes, after)
+	}
+	if n := api.all() - requests; n != 0 {
+		t.Errorf("unchanged remote: %d API requests (reads included) during three polls, want 0", n)
 	}
 }
 

@@ -2,13 +2,16 @@ package reconciler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
@@ -28,13 +31,24 @@ type sourceEntry struct {
 	mu       sync.Mutex
 	source   sources.Source
 	artifact *sources.Artifact
+	// onAuthError is called when the remote refuses the credentials, so
+	// that the next attempt reads the Secret again.
+	onAuthError func()
 }
 
 // revision asks the remote for its revision.
 func (e *sourceEntry) revision(ctx context.Context) (string, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.source.Revision(ctx)
+	rev, err := e.source.Revision(ctx)
+	e.checkAuth(err)
+	return rev, err
+}
+
+func (e *sourceEntry) checkAuth(err error) {
+	if err != nil && errors.Is(err, sources.ErrAuth) && e.onAuthError != nil {
+		e.onAuthError()
+	}
 }
 
 // fetch returns the artifact at revision, from the cache when it holds it.
@@ -47,6 +61,7 @@ func (e *sourceEntry) fetch(ctx context.Context, revision string) (art *sources.
 	}
 	art, err = e.source.Fetch(ctx)
 	if err != nil {
+		e.checkAuth(err)
 		return nil, true, err
 	}
 	e.artifact = art
@@ -58,10 +73,47 @@ func (e *sourceEntry) fetch(ctx context.Context, revision string) (art *sources.
 type sourceCache struct {
 	mu      sync.Mutex
 	entries map[string]*sourceEntry
+	secrets map[types.NamespacedName]cachedSecret
+	now     func() time.Time
+}
+
+// secretTTL is how long a source's Secret is trusted before it is read
+// again. Reading it on every poll would cost an API request per poll; a
+// credential rotation is picked up within the TTL, or at once when the
+// remote refuses the old credentials.
+const secretTTL = 5 * time.Minute
+
+type cachedSecret struct {
+	secret *corev1.Secret
+	read   time.Time
 }
 
 func newSourceCache() *sourceCache {
-	return &sourceCache{entries: map[string]*sourceEntry{}}
+	return &sourceCache{entries: map[string]*sourceEntry{}, secrets: map[types.NamespacedName]cachedSecret{}, now: time.Now}
+}
+
+// cachedSecret returns a Secret read less than secretTTL ago.
+func (c *sourceCache) cachedSecret(key types.NamespacedName) (*corev1.Secret, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.secrets[key]
+	if !ok || c.now().Sub(s.read) > secretTTL {
+		return nil, false
+	}
+	return s.secret, true
+}
+
+func (c *sourceCache) keepSecret(s *corev1.Secret) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.secrets[client.ObjectKeyFromObject(s)] = cachedSecret{secret: s, read: c.now()}
+}
+
+// forgetSecrets makes every Secret be read again on its next use.
+func (c *sourceCache) forgetSecrets() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.secrets)
 }
 
 func (c *sourceCache) get(key string, create func() (sources.Source, error)) (*sourceEntry, error) {
@@ -74,7 +126,7 @@ func (c *sourceCache) get(key string, create func() (sources.Source, error)) (*s
 	if err != nil {
 		return nil, err
 	}
-	e := &sourceEntry{source: src}
+	e := &sourceEntry{source: src, onAuthError: c.forgetSecrets}
 	c.entries[key] = e
 	return e, nil
 }
@@ -113,11 +165,17 @@ func (r *Reconciler) sourceFor(ctx context.Context, cd *capstanv1.ClusterDeploym
 
 // readSecret reads the Secret a source's secretRef names, from the
 // deployment's namespace.
+// It is read from the API at most once per secretTTL.
 func (r *Reconciler) readSecret(ctx context.Context, cd *capstanv1.ClusterDeployment, field, name string) (*corev1.Secret, error) {
+	key := client.ObjectKey{Namespace: cd.Namespace, Name: name}
+	if s, ok := r.sources.cachedSecret(key); ok {
+		return s, nil
+	}
 	secret := &corev1.Secret{}
-	if err := r.client.Get(ctx, client.ObjectKey{Namespace: cd.Namespace, Name: name}, secret); err != nil {
+	if err := r.client.Get(ctx, key, secret); err != nil {
 		return nil, fmt.Errorf("%s: read Secret %s/%s: %w", field, cd.Namespace, name, err)
 	}
+	r.sources.keepSecret(secret)
 	return secret, nil
 }
 
