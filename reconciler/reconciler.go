@@ -105,9 +105,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	if cd.Spec.Suspend {
-		// A suspended deployment polls nothing: its source must not look stale.
-		r.metrics.RecordStages(cd)
-		r.metrics.ForgetSource(cd.Namespace, cd.Name)
+		r.metrics.RecordSuspended(cd)
 		return reconcile.Result{}, nil
 	}
 	begin := time.Now()

@@ -248,11 +248,35 @@ func TestSourceFamilies(t *testing.T) {
 		t.Errorf("failed revision checks counted %g, want 2", v)
 	}
 
-	// Suspended: no polling, so no freshness series.
-	c.ForgetSource("ns", "east")
-	got = gather(t, reg)
-	if left := find(got, metrics.SourceLastSuccess, labels); len(left) != 0 {
-		t.Errorf("suspended deployment still has %v", left)
+}
+
+// A suspended deployment keeps its stages' states but raises nothing: it
+// is not stuck, not failing, and its source, no longer polled, not stale.
+func TestSuspendedDeploymentRaisesNoAlert(t *testing.T) {
+	c, reg := newCollector(t)
+	cd := deployment("ns", "east",
+		capstanv1.StageStatus{Name: "Infra", State: capstanv1.StageInProgress, StartedAt: started(time.Hour), Stuck: true})
+	feed(c, cd, "main@sha1:1")
+	c.ObserveReconcile(cd, time.Second, metrics.OutcomeError)
+
+	c.RecordSuspended(cd)
+	got := gather(t, reg)
+	labels := map[string]string{"namespace": "ns", "cluster": "east"}
+	for _, name := range []string{metrics.SourceLastSuccess, metrics.SourceInterval, metrics.ReconcileFailures} {
+		if left := find(got, name, labels); len(left) != 0 {
+			t.Errorf("suspended deployment still has %v", left)
+		}
+	}
+	if v := value(t, got, metrics.StageStuck, map[string]string{"cluster": "east", "stage": "Infra"}); v != 0 {
+		t.Errorf("suspended deployment: stage_stuck = %g, want 0", v)
+	}
+	if v := value(t, got, metrics.StageState, map[string]string{"cluster": "east", "stage": "Infra", "state": "InProgress"}); v != 1 {
+		t.Errorf("suspended deployment: stage_state InProgress = %g, want 1 as its status says", v)
+	}
+	// Resumed and failing again: counting starts over.
+	c.ObserveReconcile(cd, time.Second, metrics.OutcomeError)
+	if v := value(t, gather(t, reg), metrics.ReconcileFailures, labels); v != 1 {
+		t.Errorf("resumed deployment failed once: consecutive failures = %g, want 1", v)
 	}
 }
 

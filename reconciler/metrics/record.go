@@ -12,6 +12,10 @@ import (
 // state of every stage, its start time and its stuck flag. Stages that left
 // the plan lose their series.
 func (c *Collector) RecordStages(cd *capstanv1.ClusterDeployment) {
+	c.recordStages(cd, false)
+}
+
+func (c *Collector) recordStages(cd *capstanv1.ClusterDeployment, suspended bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d := c.entry(cd)
@@ -26,7 +30,8 @@ func (c *Collector) RecordStages(cd *capstanv1.ClusterDeployment) {
 		} else {
 			c.stageStarted.DeleteLabelValues(cd.Namespace, cd.Name, st.Name)
 		}
-		c.stageStuck.WithLabelValues(cd.Namespace, cd.Name, st.Name).Set(b2f(st.Stuck && st.State != capstanv1.StageReady))
+		stuck := st.Stuck && st.State != capstanv1.StageReady && !suspended
+		c.stageStuck.WithLabelValues(cd.Namespace, cd.Name, st.Name).Set(b2f(stuck))
 	}
 	for name := range d.stages {
 		if !seen[name] {
@@ -110,12 +115,19 @@ func (c *Collector) CountApply(cd *capstanv1.ClusterDeployment, cs *ssa.ChangeSe
 	}
 }
 
-// ForgetSource deletes the source series of a deployment that stopped
-// polling (suspended), so that its source does not look stale.
-func (c *Collector) ForgetSource(namespace, name string) {
-	labels := map[string]string{labelNamespace: namespace, labelName: name}
+// RecordSuspended records a suspended deployment: its stages as its status
+// left them, but nothing that alerts, since nobody works on it until it is
+// resumed: no stage stuck, no failures, and no source freshness (it polls
+// nothing, so its source would look stale).
+func (c *Collector) RecordSuspended(cd *capstanv1.ClusterDeployment) {
+	c.recordStages(cd, true)
+	labels := map[string]string{labelNamespace: cd.Namespace, labelName: cd.Name}
 	c.sourceSuccess.DeletePartialMatch(labels)
 	c.sourceInterval.DeletePartialMatch(labels)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.entry(cd).failures = 0
+	c.failures.DeletePartialMatch(labels)
 }
 
 // Forget deletes every series of a ClusterDeployment, once it is deleted.
