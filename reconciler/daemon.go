@@ -19,11 +19,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/reconciler/metrics"
@@ -50,6 +53,9 @@ type Options struct {
 	ApplyConcurrency int
 	// Reconciler tunes the loop.
 	Reconciler ReconcilerOptions
+	// Webhook, when set, serves the push receiver: an authentic push for a
+	// followed branch reconciles its deployments at once.
+	Webhook *WebhookOptions
 }
 
 // DefaultOptions returns the options `capstan run` starts with.
@@ -69,6 +75,7 @@ type Daemon struct {
 	manager    manager.Manager
 	reconciler *Reconciler
 	root       *rootSource
+	webhook    *webhookServer
 	stop       chan struct{}
 	stopOnce   sync.Once
 	done       chan struct{}
@@ -133,7 +140,9 @@ func New(opts Options) (*Daemon, error) {
 	if workers <= 0 {
 		workers = 4
 	}
+	pushes := make(chan event.GenericEvent, 64)
 	err = ctrl.NewControllerManagedBy(mgr).
+		WatchesRawSource(source.Channel(pushes, &handler.EnqueueRequestForObject{})).
 		For(&capstanv1.ClusterDeployment{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		// Several daemons may run in one process (the e2e suites, pivot).
@@ -153,7 +162,26 @@ func New(opts Options) (*Daemon, error) {
 		}
 		d.root = root
 	}
+	if opts.Webhook != nil {
+		srv, err := newWebhookServer(*opts.Webhook, &pushTrigger{client: mgr.GetClient(), root: d.root, enqueue: pushes})
+		if err != nil {
+			return nil, fmt.Errorf("new daemon: %w", err)
+		}
+		if err := mgr.Add(srv); err != nil {
+			return nil, fmt.Errorf("new daemon: add webhook receiver: %w", err)
+		}
+		d.webhook = srv
+	}
 	return d, nil
+}
+
+// WebhookURL is the base URL of the push receiver (append github, gitlab,
+// gitea or generic), or "" without one.
+func (d *Daemon) WebhookURL() string {
+	if d.webhook == nil {
+		return ""
+	}
+	return "http://" + d.webhook.listener.Addr().String() + WebhookPath
 }
 
 // cacheSyncProbeTimeout bounds how long /readyz waits for the caches.

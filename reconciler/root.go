@@ -54,6 +54,8 @@ type rootSource struct {
 	client client.Client
 	entry  *sourceEntry
 
+	kick chan struct{}
+
 	mu      sync.Mutex
 	last    string // revision fully synced
 	lastErr error
@@ -98,7 +100,7 @@ func newRootSource(opts RootOptions, c client.Client, cache *sourceCache) (*root
 	cache.set(rootSourceKey, src)
 	entry, _ := cache.lookup(rootSourceKey)
 	sum := sha256.Sum256([]byte(opts.URL + "\x00" + opts.Branch + "\x00" + path.Clean(opts.Path)))
-	return &rootSource{opts: opts, id: hex.EncodeToString(sum[:])[:16], client: c, entry: entry}, nil
+	return &rootSource{opts: opts, id: hex.EncodeToString(sum[:])[:16], client: c, entry: entry, kick: make(chan struct{}, 1)}, nil
 }
 
 // Start polls the root until ctx ends.
@@ -121,7 +123,17 @@ func (s *rootSource) Start(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-ticker.C:
+		case <-s.kick:
 		}
+	}
+}
+
+// kickNow makes the root sync at once instead of at the next tick; kicks
+// while one is pending coalesce.
+func (s *rootSource) kickNow() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
 	}
 }
 

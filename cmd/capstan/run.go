@@ -88,6 +88,7 @@ type daemonFlags struct {
 	workers, concurrency    int
 	waitSlice               time.Duration
 	logFormat               string
+	webhookAddr             string
 }
 
 func (f *daemonFlags) BindFlags(fs *pflag.FlagSet) {
@@ -98,6 +99,7 @@ func (f *daemonFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&f.concurrency, "apply-concurrency", d.ApplyConcurrency, "objects of one stage applied in parallel")
 	fs.DurationVar(&f.waitSlice, "wait-slice", d.Reconciler.WaitSlice, "how long one attempt waits for a stage before it records progress")
 	fs.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
+	fs.StringVar(&f.webhookAddr, "webhook-addr", "", `address of the push receiver (POST /hook/github|gitlab|gitea|generic), e.g. ":9292"; secrets come from $CAPSTAN_WEBHOOK_GITHUB_SECRET, $CAPSTAN_WEBHOOK_GITLAB_TOKEN, $CAPSTAN_WEBHOOK_GITEA_SECRET, $CAPSTAN_WEBHOOK_TOKEN`)
 }
 
 func newRunCommand() *cobra.Command {
@@ -126,6 +128,7 @@ func newRunCommand() *cobra.Command {
 			opts.MetricsAddr, opts.HealthAddr = daemon.metricsAddr, daemon.healthAddr
 			opts.Workers, opts.ApplyConcurrency = daemon.workers, daemon.concurrency
 			opts.Reconciler.WaitSlice = daemon.waitSlice
+			opts.Webhook = daemon.webhook()
 			d, err := reconciler.New(opts)
 			if err != nil {
 				return err
@@ -147,4 +150,19 @@ func setLogger(format string) {
 		h = slog.NewJSONHandler(os.Stderr, nil)
 	}
 	ctrl.SetLogger(logr.FromSlogHandler(h))
+}
+
+// webhook returns the push receiver's options, with secrets from the
+// environment so that they never show in a process listing.
+func (f *daemonFlags) webhook() *reconciler.WebhookOptions {
+	if f.webhookAddr == "" {
+		return nil
+	}
+	return &reconciler.WebhookOptions{
+		Addr:         f.webhookAddr,
+		GitHubSecret: []byte(os.Getenv("CAPSTAN_WEBHOOK_GITHUB_SECRET")),
+		GitLabToken:  []byte(os.Getenv("CAPSTAN_WEBHOOK_GITLAB_TOKEN")),
+		GiteaSecret:  []byte(os.Getenv("CAPSTAN_WEBHOOK_GITEA_SECRET")),
+		GenericToken: []byte(os.Getenv("CAPSTAN_WEBHOOK_TOKEN")),
+	}
 }
