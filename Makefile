@@ -17,7 +17,7 @@ all: build
 build: ## Build bin/capstan
 	$(GO) build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/capstan
 
-tools: ## Install the Debian packages the tests use (git)
+tools: ## Install the Debian packages the tests use (git, gnupg and openssh-client for signed commits, prometheus for promtool and the alert e2e)
 	@command -v git >/dev/null || (apt-get update && apt-get install -y --no-install-recommends git)
 	@(command -v gpg && command -v ssh-keygen) >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gnupg openssh-client)
 	@(command -v promtool && command -v prometheus) >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus)
