@@ -6,11 +6,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 )
 
@@ -123,25 +121,7 @@ func missingBinaries(dir string) []string {
 // findBuildScript looks for e2e/testbin/build.sh above the working directory
 // (go test runs in the package directory) and above this source file.
 func findBuildScript() (string, error) {
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
-	}
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		starts = append(starts, filepath.Dir(file))
-	}
-	for _, start := range starts {
-		for dir := start; ; dir = filepath.Dir(dir) {
-			script := filepath.Join(dir, buildScript)
-			if st, err := os.Stat(script); err == nil && st.Mode().IsRegular() {
-				return script, nil
-			}
-			if filepath.Dir(dir) == dir {
-				break
-			}
-		}
-	}
-	return "", fmt.Errorf("no %s above %s: %w", buildScript, strings.Join(starts, " or "), fs.ErrNotExist)
+	return findRepoFile(buildScript)
 }
 
 // testbinVersion reads the k8s.io/kubernetes version from the go.mod of

@@ -200,7 +200,7 @@ func requiredVersions(goMod string) (map[string]string, error) {
 
 // findRepoFile looks for rel (a path from the repository root) above the
 // working directory (go test runs in the package directory) and above this
-// source file, as findBuildScript does.
+// source file.
 func findRepoFile(rel string) (string, error) {
 	var starts []string
 	if wd, err := os.Getwd(); err == nil {
