@@ -74,7 +74,8 @@ func TestRootSourceManagesCommittedDeployments(t *testing.T) {
 	for path := range rootCluster("alpha", ns) {
 		removal[path] = gitserver.Deleted
 	}
-	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, removal, "remove alpha"); err != nil {
+	removed, err := gitSrv.Commit(ns, gitserver.DefaultBranch, removal, "remove alpha")
+	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "alpha to be no longer managed", func() (bool, error) {
@@ -84,9 +85,11 @@ func TestRootSourceManagesCommittedDeployments(t *testing.T) {
 	if object(t, c, configMapGVK, ns, "alpha-settings") == nil {
 		t.Error("removing alpha from git deleted its ConfigMap; it must be kept (no pruning)")
 	}
-	if !isReady(getDeployment(t, c, ns, "beta")) {
-		t.Error("beta is no longer Ready after alpha was removed")
-	}
+	// beta reads the same repository, so the removal is a new revision for
+	// it too: it walks its stages again and is Ready at that revision.
+	waitDeployment(t, c, ns, "beta", "Ready at the revision without alpha", func(cd *capstanv1.ClusterDeployment) bool {
+		return cd.Status.Revision == "main@sha1:"+removed && isReady(cd)
+	})
 }
 
 // A broken ClusterDeployment file is reported and does not stop the others
