@@ -38,6 +38,14 @@ func newNamespace(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every daemon watches every namespace: a deployment left behind would
+	// keep the daemons of later tests busy and spoil their request counts.
+	t.Cleanup(func() {
+		err := newClient(t).DeleteAllOf(context.Background(), &capstanv1.ClusterDeployment{}, client.InNamespace(ns))
+		if err != nil {
+			t.Errorf("delete the ClusterDeployments of %s: %v", ns, err)
+		}
+	})
 	return ns
 }
 
