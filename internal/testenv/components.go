@@ -95,20 +95,7 @@ func (e *Env) startEtcd(ctx context.Context) (string, error) {
 			// The data is thrown away with the test run.
 			"--unsafe-no-fsync=true",
 		}
-		p, err := startProcess(ctx, e.Dir, etcdName, filepath.Join(e.binDir, etcdName), args)
-		if err != nil {
-			return nil, err
-		}
-		client, err := e.httpClient()
-		if err != nil {
-			p.stop()
-			return nil, err
-		}
-		if err := p.waitUntil(ctx, httpOK(client, clientURL+"/health", "")); err != nil {
-			p.stop()
-			return nil, err
-		}
-		return p, nil
+		return e.startHealthy(ctx, etcdName, args, clientURL+"/health", "")
 	})
 	if err != nil {
 		return "", err
@@ -144,20 +131,7 @@ func (e *Env) startAPIServer(ctx context.Context, etcdURL string) error {
 			"--allow-privileged=true",
 			"--profiling=false",
 		}
-		p, err := startProcess(ctx, e.Dir, apiServerName, filepath.Join(e.binDir, apiServerName), args)
-		if err != nil {
-			return nil, err
-		}
-		client, err := e.httpClient()
-		if err != nil {
-			p.stop()
-			return nil, err
-		}
-		if err := p.waitUntil(ctx, httpOK(client, e.apiServerURL+"/readyz", e.pki.token)); err != nil {
-			p.stop()
-			return nil, err
-		}
-		return p, nil
+		return e.startHealthy(ctx, apiServerName, args, e.apiServerURL+"/readyz", e.pki.token)
 	})
 	if err != nil {
 		return err
@@ -189,26 +163,31 @@ func (e *Env) startControllerManager(ctx context.Context) error {
 			"--service-cluster-ip-range=" + serviceCIDR,
 			"--profiling=false",
 		}
-		p, err := startProcess(ctx, e.Dir, controllerManagerName, filepath.Join(e.binDir, controllerManagerName), args)
-		if err != nil {
-			return nil, err
-		}
-		client, err := e.httpClient()
-		if err != nil {
-			p.stop()
-			return nil, err
-		}
-		if err := p.waitUntil(ctx, httpOK(client, url+"/healthz", "")); err != nil {
-			p.stop()
-			return nil, err
-		}
-		return p, nil
+		return e.startHealthy(ctx, controllerManagerName, args, url+"/healthz", "")
 	})
 	if err != nil {
 		return err
 	}
 	e.controllerManager = p
 	return nil
+}
+
+// startHealthy starts one binary of the bin dir and returns once its
+// health endpoint answers 200; on any failure the process is stopped.
+func (e *Env) startHealthy(ctx context.Context, name string, args []string, healthURL, token string) (*process, error) {
+	p, err := startProcess(ctx, e.Dir, name, filepath.Join(e.binDir, name), args)
+	if err != nil {
+		return nil, err
+	}
+	client, err := e.httpClient()
+	if err == nil {
+		err = p.waitUntil(ctx, httpOK(client, healthURL, token))
+	}
+	if err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
 }
 
 // httpClient returns a client that trusts the env's CA, for health checks.
