@@ -23,8 +23,8 @@ const (
 // Artifact never holds a link, so nothing downstream can be led outside
 // the artifact by one. A link that resolves outside the artifact root,
 // dangles, loops or would copy a directory into itself is refused, wrapping
-// ErrRefused and naming the link. Sources that read archives (OCI) or
-// local folders use it; the git source resolves links in its own tree.
+// ErrRefused and naming the link. Every source uses it: git for the links
+// of a commit's tree, OCI for those of an archive, dir for a folder's.
 // The zero value is ready to use.
 type Symlinks struct {
 	links map[string]string // cleaned link path -> target as written
@@ -181,7 +181,9 @@ func (r *linkResolver) resolve(link string) (string, bool, error) {
 			pending = append(strings.Split(target, "/"), pending...)
 			continue
 		}
-		if _, ok := r.b.dirs[p]; ok {
+		// A directory whose only entries are links is not in the builder
+		// yet; the links below it make it one.
+		if _, ok := r.b.dirs[p]; ok || len(below(r.names, p)) > 0 {
 			cur = append(cur, c)
 			continue
 		}
