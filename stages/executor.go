@@ -105,10 +105,11 @@ func (e *Executor) Run(ctx context.Context, stage *Stage, owner Owner, opts RunO
 	return e.WaitStage(ctx, stage, owner)
 }
 
-// ApplyStage applies the objects of an apply stage. For other actions it
-// applies nothing; an action the executor cannot carry out yet fails as
-// stalled. The result is StageInProgress (applied, readiness unknown) or
-// StageFailed.
+// ApplyStage carries out the acting part of a stage: apply its objects
+// (apply), check them (validate), set replicas (scale), delete them
+// (delete). Wait and rollout stages act in WaitStage. An action the
+// executor cannot carry out yet fails as stalled. The result is
+// StageInProgress (done, readiness unknown) or StageFailed.
 func (e *Executor) ApplyStage(ctx context.Context, stage *Stage, owner Owner) Result {
 	res := Result{Stage: stage.Name, State: capstanv1.StageInProgress}
 	switch stage.Action {
@@ -119,17 +120,33 @@ func (e *Executor) ApplyStage(ctx context.Context, stage *Stage, owner Owner) Re
 			return failed(res, err)
 		}
 		res.Applied = true
-	case capstanv1.StageActionWait:
+	case capstanv1.StageActionWait, capstanv1.StageActionRollout:
+	case capstanv1.StageActionValidate:
+		return e.validateStage(ctx, stage, owner)
+	case capstanv1.StageActionScale:
+		return e.scaleStage(ctx, stage, owner)
+	case capstanv1.StageActionDelete:
+		return e.deleteStage(ctx, stage, owner)
 	default:
 		return failed(res, Stalled(fmt.Errorf("stage %s: action %q is not supported yet", stage.Name, stage.Action)))
 	}
 	return res
 }
 
-// WaitStage waits until the stage's readiness checks hold for its objects,
-// or ctx ends (then the result is StageInProgress and says what it waits
-// for).
+// WaitStage waits until the stage is done or ctx ends (then the result is
+// StageInProgress and says what it waits for). For most actions that
+// means the stage's readiness checks hold for its objects; a validate
+// stage is done once ApplyStage passed; a delete stage waits until its
+// objects are gone; a rollout stage advances the rollout while it waits.
 func (e *Executor) WaitStage(ctx context.Context, stage *Stage, owner Owner) Result {
+	switch stage.Action {
+	case capstanv1.StageActionValidate:
+		return Result{Stage: stage.Name, State: capstanv1.StageReady}
+	case capstanv1.StageActionRollout:
+		return e.rolloutStage(ctx, stage, owner)
+	case capstanv1.StageActionDelete:
+		return e.waitDeleted(ctx, stage, owner)
+	}
 	res := Result{Stage: stage.Name}
 	checker, err := NewChecker(stage.ReadyWhen)
 	if err != nil {

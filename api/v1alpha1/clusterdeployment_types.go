@@ -41,6 +41,10 @@ type ClusterDeploymentSpec struct {
 	// Suspend stops reconciling this deployment; nothing is fetched or applied.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+
+	// Rollout holds the defaults of every rollout stage of the plan.
+	// +optional
+	Rollout *RolloutPolicy `json:"rollout,omitempty"`
 }
 
 // SourceSpec names one source; exactly one field is set.
@@ -217,6 +221,24 @@ type StageSpec struct {
 	// been in progress this long. By default a stage never times out.
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// Scale configures a scale stage: the replica count it sets on the
+	// selected Deployments and StatefulSets.
+	// +optional
+	Scale *ScaleSpec `json:"scale,omitempty"`
+
+	// Rollout configures a rollout stage (LCM machines in order and in
+	// batches).
+	// +optional
+	Rollout *RolloutSpec `json:"rollout,omitempty"`
+}
+
+// ScaleSpec is what a scale stage does to the workloads it selects.
+type ScaleSpec struct {
+	// Replicas is set on every selected Deployment and StatefulSet: 0
+	// disables a controller, 1 or more enables it.
+	// +kubebuilder:validation:Minimum=0
+	Replicas int32 `json:"replicas"`
 }
 
 // Selector picks rendered objects. Every set field must match; within a

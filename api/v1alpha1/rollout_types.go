@@ -1,0 +1,30 @@
+package v1alpha1
+
+// RolloutPolicy holds deployment-wide defaults for rollout stages.
+type RolloutPolicy struct {
+	// WorkerBatchSize is how many worker machines may deploy or upgrade at
+	// the same time. Defaults to 50.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	WorkerBatchSize *int32 `json:"workerBatchSize,omitempty"`
+}
+
+// RolloutSpec configures one rollout stage.
+type RolloutSpec struct {
+	// MachineType limits the stage to LCM machines of this type (manager
+	// or worker). Empty means every machine.
+	// +kubebuilder:validation:Enum=manager;worker
+	// +optional
+	MachineType string `json:"machineType,omitempty"`
+
+	// Phase is the last StateItem phase the stage runs: prepare, or
+	// deploy (which includes prepare). Defaults to deploy.
+	// +kubebuilder:validation:Enum=prepare;deploy
+	// +optional
+	Phase string `json:"phase,omitempty"`
+
+	// BatchSize overrides the deployment's workerBatchSize for this stage.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	BatchSize *int32 `json:"batchSize,omitempty"`
+}
