@@ -38,9 +38,18 @@ func run(m *testing.M) int {
 	defer cancel()
 	begin := time.Now()
 	var err error
+	// The real Cluster API, Metal3 and IPAM CRDs of the pinned versions,
+	// for the capm3 and lcm suites; kube-controller-manager for PDB status,
+	// garbage collection and namespace deletion.
+	providers, err := testenv.ProviderCRDDirs(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "provider CRDs:", err)
+		return 1
+	}
 	env, err = testenv.Start(ctx, testenv.Options{
-		CRDDirs:  []string{"../manifests/crds", "testdata/crds"},
-		Progress: os.Stderr,
+		CRDDirs:           append([]string{"../manifests/crds", "testdata/crds"}, providers...),
+		ControllerManager: true,
+		Progress:          os.Stderr,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start control plane:", err)
