@@ -161,6 +161,12 @@ func New(opts Options) (*Daemon, error) {
 			return nil, fmt.Errorf("new daemon: add root source: %w", err)
 		}
 		d.root = root
+		if w, ok := opts.Root.Source.(WatchedSource); ok {
+			trigger := &pushTrigger{client: mgr.GetClient(), root: root, enqueue: pushes}
+			if err := mgr.Add(&sourceWatcher{source: w, trigger: trigger, url: root.opts.URL, branch: root.opts.Branch}); err != nil {
+				return nil, fmt.Errorf("new daemon: add source watcher: %w", err)
+			}
+		}
 	}
 	if opts.Webhook != nil {
 		srv, err := newWebhookServer(*opts.Webhook, &pushTrigger{client: mgr.GetClient(), root: d.root, enqueue: pushes})

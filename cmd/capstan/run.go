@@ -14,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/capstan-dev/capstan/reconciler"
+	"github.com/capstan-dev/capstan/sources/dir"
 	"github.com/capstan-dev/capstan/sources/git"
 )
 
@@ -44,6 +45,7 @@ func (f *clusterFlags) restConfig() (*rest.Config, error) {
 // rootFlags name the root source.
 type rootFlags struct {
 	url, branch, path, namespace string
+	dir                          string
 	interval                     time.Duration
 	username                     string
 	sshKeyFile, knownHostsFile   string
@@ -51,6 +53,7 @@ type rootFlags struct {
 
 func (f *rootFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.url, "source", "", "git URL of the root source; every ClusterDeployment under --path is applied and reconciled")
+	fs.StringVar(&f.dir, "dir", "", "local directory as the root source instead of --source: every change under it is applied within a second (fsnotify)")
 	fs.StringVar(&f.branch, "branch", "main", "branch of the root source")
 	fs.StringVar(&f.path, "path", "clusters", "path in the root source holding ClusterDeployment files")
 	fs.StringVar(&f.namespace, "namespace", "capstan-system", "namespace for root ClusterDeployments that set none")
@@ -61,6 +64,19 @@ func (f *rootFlags) BindFlags(fs *pflag.FlagSet) {
 }
 
 func (f *rootFlags) options() (*reconciler.RootOptions, error) {
+	if f.dir != "" {
+		if f.url != "" {
+			return nil, fmt.Errorf("--dir and --source both name a root source; give one")
+		}
+		src, err := dir.New(dir.Options{Path: f.dir})
+		if err != nil {
+			return nil, fmt.Errorf("--dir: %w", err)
+		}
+		return &reconciler.RootOptions{
+			URL: "dir://" + src.Path(), Path: f.path, Namespace: f.namespace,
+			Interval: f.interval, Source: src,
+		}, nil
+	}
 	if f.url == "" {
 		return nil, nil
 	}
