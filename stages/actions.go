@@ -2,24 +2,137 @@ package stages
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 )
 
-// scaleStage sets the replicas of the selected workloads.
+// ScaleFieldManager owns the replicas a scale stage sets, apart from the
+// fields the apply stages own.
+const ScaleFieldManager = "capstan-scale"
+
+// scaleStage sets spec.replicas on the Deployments and StatefulSets the
+// stage selects (seed 000 disables controllers before the pivot and enables
+// them after). The workloads must exist: an earlier stage applies them.
+// Readiness is then waited for like any stage: kstatus Current means the
+// controller rolled the workload to the new count.
 func (e *Executor) scaleStage(ctx context.Context, stage *Stage, owner Owner) Result {
 	res := Result{Stage: stage.Name, State: capstanv1.StageInProgress}
-	return failed(res, Stalled(fmt.Errorf("stage %s: action %q is not supported yet", stage.Name, stage.Action)))
+	if stage.Scale == nil {
+		return failed(res, Stalled(fmt.Errorf("stage %s: a scale stage needs scale.replicas", stage.Name)))
+	}
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, stage.Scale.Replicas))
+	var errs []error
+	for _, obj := range stage.Objects {
+		gk := obj.GroupVersionKind().GroupKind()
+		if gk.Group != "apps" || (gk.Kind != "Deployment" && gk.Kind != "StatefulSet") {
+			errs = append(errs, Stalled(fmt.Errorf("%s: a scale stage scales apps/Deployment and apps/StatefulSet only; narrow stage %s's select",
+				ObjectRef(obj), stage.Name)))
+			continue
+		}
+		target := &unstructured.Unstructured{}
+		target.SetGroupVersionKind(obj.GroupVersionKind())
+		target.SetNamespace(obj.GetNamespace())
+		target.SetName(obj.GetName())
+		err := e.client.Patch(ctx, target, patch, client.FieldOwner(ScaleFieldManager))
+		switch {
+		case apierrors.IsNotFound(err):
+			errs = append(errs, fmt.Errorf("%s: not found; a scale stage acts on workloads an earlier stage applied", ObjectRef(obj)))
+		case meta.IsNoMatchError(err):
+			errs = append(errs, Stalled(fmt.Errorf("%s: %w", ObjectRef(obj), err)))
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: set replicas to %d: %w", ObjectRef(obj), stage.Scale.Replicas, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		if allStalled(errs) {
+			err = Stalled(err)
+		}
+		return failed(res, err)
+	}
+	res.Message = fmt.Sprintf("replicas set to %d on %d workloads", stage.Scale.Replicas, len(stage.Objects))
+	return res
 }
 
-// deleteStage deletes the selected objects.
+// deleteStage deletes the objects the stage selects: a delete stage is how a
+// repository says that an object must be gone, such as the bootstrap node
+// of seed 001 once the cluster runs without it. Deletion propagates to
+// dependents in the background; objects already gone are fine.
 func (e *Executor) deleteStage(ctx context.Context, stage *Stage, owner Owner) Result {
 	res := Result{Stage: stage.Name, State: capstanv1.StageInProgress}
-	return failed(res, Stalled(fmt.Errorf("stage %s: action %q is not supported yet", stage.Name, stage.Action)))
+	var errs []error
+	for _, obj := range stage.Objects {
+		target := &unstructured.Unstructured{}
+		target.SetGroupVersionKind(obj.GroupVersionKind())
+		target.SetNamespace(obj.GetNamespace())
+		target.SetName(obj.GetName())
+		err := e.client.Delete(ctx, target, client.PropagationPolicy("Background"))
+		switch {
+		case err == nil, apierrors.IsNotFound(err), meta.IsNoMatchError(err):
+		default:
+			errs = append(errs, fmt.Errorf("%s: delete: %w", ObjectRef(obj), err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return failed(res, err)
+	}
+	return res
 }
 
-// waitDeleted waits until the selected objects are gone.
+// deletePoll is how often waitDeleted looks again. Deletion waits on
+// finalizers that take seconds to minutes; a watch would buy nothing.
+const deletePoll = time.Second
+
+// waitDeleted waits until every object the stage deletes is gone, or ctx
+// ends; then it says which are left and which finalizers hold them.
 func (e *Executor) waitDeleted(ctx context.Context, stage *Stage, owner Owner) Result {
-	return Result{Stage: stage.Name, State: capstanv1.StageReady}
+	res := Result{Stage: stage.Name}
+	for {
+		var left []string
+		for _, obj := range stage.Objects {
+			cur := &unstructured.Unstructured{}
+			cur.SetGroupVersionKind(obj.GroupVersionKind())
+			err := e.client.Get(ctx, client.ObjectKeyFromObject(obj), cur)
+			switch {
+			case apierrors.IsNotFound(err), meta.IsNoMatchError(err):
+			case err != nil && ctx.Err() == nil:
+				left = append(left, fmt.Sprintf("%s: %v", ObjectRef(obj), err))
+			case err == nil:
+				msg := ObjectRef(obj) + " is being deleted"
+				if f := cur.GetFinalizers(); len(f) > 0 {
+					msg += " (finalizers: " + strings.Join(f, ", ") + ")"
+				}
+				left = append(left, msg)
+			}
+		}
+		if len(left) == 0 && ctx.Err() == nil {
+			res.State = capstanv1.StageReady
+			return res
+		}
+		select {
+		case <-ctx.Done():
+			res.State = capstanv1.StageInProgress
+			res.Message = "waiting for deletion: " + strings.Join(left, "; ")
+			return res
+		case <-time.After(deletePoll):
+		}
+	}
+}
+
+func allStalled(errs []error) bool {
+	for _, err := range errs {
+		if !IsStalled(err) {
+			return false
+		}
+	}
+	return true
 }

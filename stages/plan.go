@@ -92,6 +92,7 @@ func BuildPlan(specs []capstanv1.StageSpec, objects []*unstructured.Unstructured
 			}
 			owner = i
 		}
+		deleted := false
 		for i := range plan.Stages {
 			if !selectors[i].matches(obj) {
 				continue
@@ -102,7 +103,12 @@ func BuildPlan(specs []capstanv1.StageSpec, objects []*unstructured.Unstructured
 				}
 				continue
 			}
+			deleted = deleted || plan.Stages[i].Action == capstanv1.StageActionDelete
 			plan.Stages[i].Objects = append(plan.Stages[i].Objects, obj)
+		}
+		if owner < 0 && deleted {
+			// Committed only to say that it must be gone.
+			continue
 		}
 		if owner < 0 {
 			errs = append(errs, fmt.Errorf("%s: no apply stage selects this object; add the label %s: <stage> or widen a stage's select",
