@@ -10,12 +10,15 @@ CONTROLLER_GEN_VERSION := v0.23.0
 
 export CAPSTAN_TESTBIN_DIR := $(TESTBIN_DIR)
 
-.PHONY: all build test unit e2e bench bench-sources testbin generate fmt vet tools clean
+.PHONY: all build dev test unit e2e bench bench-sources testbin generate fmt vet tools clean
 
 all: build
 
 build: ## Build bin/capstan
 	$(GO) build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/capstan
+
+dev: tools ## The demo: a local control plane, examples/ in a local git repository, the provider simulator and the reconciler; shows the mgmt cluster's stages until Ready
+	$(GO) run ./cmd/capstan dev $(DEV_FLAGS)
 
 tools: ## Install the Debian packages the tests use (git, gnupg and openssh-client for signed commits, prometheus for promtool and the alert e2e)
 	@command -v git >/dev/null || (apt-get update && apt-get install -y --no-install-recommends git)
