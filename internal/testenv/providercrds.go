@@ -222,3 +222,15 @@ func findRepoFile(rel string) (string, error) {
 	}
 	return "", fmt.Errorf("no %s above %s: %w", rel, strings.Join(starts, " or "), fs.ErrNotExist)
 }
+
+// RepoRoot returns the root of the Capstan checkout this process runs in
+// (found from the working directory or this source file): `capstan dev`
+// and the tests read the CRDs, the examples and the test-binary build from
+// it.
+func RepoRoot() (string, error) {
+	goMod, err := findRepoFile(providerGoMod)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Dir(filepath.Dir(filepath.Dir(goMod))), nil
+}
