@@ -26,8 +26,8 @@ func goodData() map[string]string {
 	}
 }
 
-// with returns goodData changed by pairs of key and value; an empty value
-// "-" removes the key.
+// with returns goodData changed by pairs of key and value; the value "-"
+// removes the key.
 func with(kv ...string) map[string]string {
 	d := goodData()
 	for i := 0; i+1 < len(kv); i += 2 {
@@ -61,7 +61,9 @@ func networkConfig(name string, data map[string]string) *unstructured.Unstructur
 	return obj
 }
 
-func network(data map[string]string) *unstructured.Unstructured { return networkConfig("network", data) }
+func network(data map[string]string) *unstructured.Unstructured {
+	return networkConfig("network", data)
+}
 
 // cluster is a Cluster API Cluster capstan-system/<name>; nil lists are
 // left unset.
