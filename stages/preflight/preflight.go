@@ -70,13 +70,11 @@ func Validate(objects []*unstructured.Unstructured) Report {
 		clusters []*clusterNetwork
 		pools    []*ipPool
 		order    = map[string]int{}
+		checked  = []string{}
 	)
 	for _, obj := range objects {
 		if obj == nil || obj.Object == nil {
 			continue
-		}
-		if _, seen := order[objectRef(obj)]; !seen {
-			order[objectRef(obj)] = len(order)
 		}
 		switch {
 		case isNetworkConfig(obj):
@@ -85,6 +83,12 @@ func Validate(objects []*unstructured.Unstructured) Report {
 			clusters = append(clusters, v.readCluster(obj))
 		case isIPPool(obj):
 			pools = append(pools, v.readIPPool(obj))
+		default:
+			continue
+		}
+		if _, seen := order[objectRef(obj)]; !seen {
+			order[objectRef(obj)] = len(order)
+			checked = append(checked, objectRef(obj))
 		}
 	}
 
@@ -114,7 +118,7 @@ func Validate(objects []*unstructured.Unstructured) Report {
 		v.checkPool(p, poolNetworks(p, networks, len(configs) > 0))
 	}
 
-	report := Report{Problems: v.list}
+	report := Report{Checked: checked, Problems: append([]Problem{}, v.list...)}
 	for _, n := range networks {
 		report.Networks = append(report.Networks, n.summary())
 	}

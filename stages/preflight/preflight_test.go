@@ -481,3 +481,22 @@ func TestValidateNeverReportsProxyPasswords(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateNamesTheObjectsItChecked(t *testing.T) {
+	unlabelled := object("v1", "ConfigMap", "capstan-system", "network-settings", map[string]any{"data": map[string]any{"podCIDR": "10.233.0.0/16"}})
+	report := preflight.Validate(objs(
+		unlabelled,
+		network(goodData()),
+		cluster("edge", nil, nil),
+		object("apps/v1", "Deployment", "capstan-system", "hello", nil),
+		ipPool("nodes", pools()),
+		network(goodData()), // the same object twice counts once
+	))
+	want := []string{"ConfigMap capstan-system/network", "Cluster capstan-system/edge", "IPPool capstan-system/nodes"}
+	if !slices.Equal(report.Checked, want) {
+		t.Errorf("Checked = %q, want %q", report.Checked, want)
+	}
+	if empty := preflight.Validate(nil); empty.Checked == nil || empty.Problems == nil {
+		t.Errorf("Validate(nil) = %+v, want empty lists, not nil ones, for JSON", empty)
+	}
+}

@@ -38,6 +38,11 @@ func (p Problem) Line() string {
 // Report is the outcome of Validate: every problem found, in the order of
 // the objects, and the network settings the checks used.
 type Report struct {
+	// Checked names the objects the checks read (network ConfigMaps,
+	// Clusters, IPPools), so that an object left out, say a ConfigMap
+	// without the label, shows.
+	Checked []string `json:"checked"`
+	// Problems are every problem found, grouped by object.
 	Problems []Problem `json:"problems"`
 	// Networks are the settings each network ConfigMap or, without one,
 	// each Cluster defines, defaults filled in.

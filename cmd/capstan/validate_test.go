@@ -1,0 +1,148 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/capstan-dev/capstan/stages/preflight"
+)
+
+// validateArgs runs validate with testdata/validate as the root.
+func validateArgs(args ...string) []string {
+	return append([]string{"validate", "--root", "testdata/validate"}, args...)
+}
+
+// The overlays under testdata/validate: good passes, bad has mistakes in
+// every object, warnings has only warnings, substituted takes its pod CIDR
+// from ${POD_CIDR}, none has nothing to check.
+func TestValidateCommand(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		golden string   // file under testdata the output must equal
+		lines  []string // lines the output must hold
+		err    string   // the error wanted, "" for success
+	}{
+		{
+			name:  "good settings pass",
+			args:  validateArgs("good"),
+			lines: []string{"no problems in 3 objects checked (ConfigMap capstan-system/network, Cluster capstan-system/edge, IPPool capstan-system/edge-nodes)"},
+		},
+		{
+			name:   "every problem is printed, one per line, and errors fail",
+			args:   validateArgs("bad"),
+			golden: "validate/bad.txt",
+			err:    "validate testdata/validate/bad: preflight found 6 errors, 2 warnings",
+		},
+		{
+			name: "warnings are printed and pass",
+			args: validateArgs("warnings"),
+			lines: []string{
+				"WARNING ConfigMap capstan-system/network: data.noProxy: does not cover the pod CIDR 10.233.0.0/16: with a proxy set, traffic to it goes through the proxy; add 10.233.0.0/16",
+				"WARNING ConfigMap capstan-system/network: data.noProxy: does not cover the control-plane network 192.168.10.0/24: with a proxy set, traffic to it goes through the proxy; add 192.168.10.0/24",
+				"0 errors, 2 warnings in 3 objects checked",
+			},
+		},
+		{
+			name:  "--substitute values are checked",
+			args:  validateArgs("--substitute", "POD_CIDR=10.96.0.0/16", "substituted"),
+			lines: []string{"ERROR ConfigMap capstan-system/network: data.podCIDR: 10.96.0.0/16 overlaps the service CIDR 10.96.0.0/12 (data.serviceCIDR); pods and services need separate ranges"},
+			err:   "preflight found 1 error, 0 warnings",
+		},
+		{
+			name:  "-f takes the path and substitutions from a ClusterDeployment",
+			args:  validateArgs("-f", "testdata/validate/clusterdeployment.yaml"),
+			lines: []string{"no problems in 3 objects checked"},
+		},
+		{
+			name:  "without substitutions, ${VAR} stays as written, as the daemon would apply it",
+			args:  validateArgs("substituted"),
+			lines: []string{`ERROR ConfigMap capstan-system/network: data.podCIDR: "${POD_CIDR:=10.233.0.0/16}" is not a CIDR`},
+			err:   "preflight found 1 error",
+		},
+		{
+			name:  "an overlay without network objects has nothing to check",
+			args:  validateArgs("none"),
+			lines: []string{"nothing to check in 1 object: no ConfigMap labelled capstan.dev/config: network, no Cluster, no IPPool"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := runCLI(t, tc.args...)
+			switch {
+			case tc.err == "" && err != nil:
+				t.Errorf("error = %v, want none", err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Errorf("error = %v, want it to contain %q", err, tc.err)
+			}
+			if tc.golden != "" {
+				golden(t, tc.golden, out)
+			}
+			got := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+			for _, line := range tc.lines {
+				found := false
+				for _, g := range got {
+					found = found || strings.HasPrefix(g, line)
+				}
+				if !found {
+					t.Errorf("output has no line starting %q:\n%s", line, out)
+				}
+			}
+		})
+	}
+}
+
+func TestValidateOutputFormats(t *testing.T) {
+	for _, format := range []string{"json", "yaml"} {
+		t.Run(format, func(t *testing.T) {
+			out, err := runCLI(t, "validate", "--root", "testdata/validate", "-o", format, "bad")
+			if err == nil || !strings.Contains(err.Error(), "preflight found 6 errors, 2 warnings") {
+				t.Errorf("error = %v, want the errors to fail the command in -o %s too", err, format)
+			}
+			var report preflight.Report
+			if format == "json" {
+				err = json.Unmarshal([]byte(out), &report)
+			} else {
+				err = yaml.UnmarshalStrict([]byte(out), &report)
+			}
+			if err != nil {
+				t.Fatalf("-o %s does not parse: %v\n%s", format, err, out)
+			}
+			if len(report.Errors()) != 6 || len(report.Warnings()) != 2 || len(report.Checked) != 3 {
+				t.Errorf("report has %d errors, %d warnings, %d objects checked; want 6, 2, 3:\n%s",
+					len(report.Errors()), len(report.Warnings()), len(report.Checked), out)
+			}
+			first := report.Problems[0]
+			if first.Object != "ConfigMap capstan-system/network" || first.Field != "data.controlPlaneCIDRs[0]" ||
+				!strings.Contains(first.Message, "host bits set; did you mean 192.168.10.0/24?") || first.Warning {
+				t.Errorf("first problem = %+v", first)
+			}
+			if len(report.Networks) != 1 || strings.Join(report.Networks[0].PodCIDRs, ",") != "10.96.0.0/16" {
+				t.Errorf("networks = %+v, want the ConfigMap's, pods 10.96.0.0/16", report.Networks)
+			}
+		})
+	}
+}
+
+func TestValidateErrorsSayWhatToFix(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no path", []string{"validate"}, "give PATH or -f"},
+		{"missing overlay", []string{"validate", "--root", "testdata/validate", "nope"}, "render testdata/validate/nope"},
+		{"bad substitute flag", []string{"validate", "--root", "testdata/validate", "--substitute", "X", "good"}, "expected VAR=value"},
+		{"bad output", []string{"validate", "--root", "testdata/validate", "-o", "xml", "good"}, "expected text, json or yaml"},
+		{"missing ClusterDeployment file", []string{"validate", "-f", "testdata/validate/nope.yaml"}, "nope.yaml"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := runCLI(t, tc.args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
