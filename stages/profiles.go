@@ -61,10 +61,11 @@ func LoadProfile(name string) (*Profile, error) {
 }
 
 // StageSpecs returns the stages a deployment asks for: its explicit stages,
-// else its profile's, else the default profile's.
+// else its profile's, else the default profile's. Rollout stages get the
+// deployment's rollout policy where they set nothing else.
 func StageSpecs(spec capstanv1.ClusterDeploymentSpec) ([]capstanv1.StageSpec, error) {
 	if len(spec.Stages) > 0 {
-		return spec.Stages, nil
+		return withRolloutPolicy(spec.Stages, spec.Rollout), nil
 	}
 	name := spec.Profile
 	if name == "" {
@@ -74,5 +75,5 @@ func StageSpecs(spec capstanv1.ClusterDeploymentSpec) ([]capstanv1.StageSpec, er
 	if err != nil {
 		return nil, fmt.Errorf("spec.profile: %w", err)
 	}
-	return p.Stages, nil
+	return withRolloutPolicy(p.Stages, spec.Rollout), nil
 }
