@@ -35,7 +35,7 @@ func TestValidateCommand(t *testing.T) {
 			name:   "every problem is printed, one per line, and errors fail",
 			args:   validateArgs("bad"),
 			golden: "validate/bad.txt",
-			err:    "validate testdata/validate/bad: preflight found 6 errors, 2 warnings",
+			err:    "validate testdata/validate/bad: preflight found 5 errors, 3 warnings",
 		},
 		{
 			name: "warnings are printed and pass",
@@ -98,7 +98,7 @@ func TestValidateOutputFormats(t *testing.T) {
 	for _, format := range []string{"json", "yaml"} {
 		t.Run(format, func(t *testing.T) {
 			out, err := runCLI(t, "validate", "--root", "testdata/validate", "-o", format, "bad")
-			if err == nil || !strings.Contains(err.Error(), "preflight found 6 errors, 2 warnings") {
+			if err == nil || !strings.Contains(err.Error(), "preflight found 5 errors, 3 warnings") {
 				t.Errorf("error = %v, want the errors to fail the command in -o %s too", err, format)
 			}
 			var report preflight.Report
@@ -110,8 +110,8 @@ func TestValidateOutputFormats(t *testing.T) {
 			if err != nil {
 				t.Fatalf("-o %s does not parse: %v\n%s", format, err, out)
 			}
-			if len(report.Errors()) != 6 || len(report.Warnings()) != 2 || len(report.Checked) != 3 {
-				t.Errorf("report has %d errors, %d warnings, %d objects checked; want 6, 2, 3:\n%s",
+			if len(report.Errors()) != 5 || len(report.Warnings()) != 3 || len(report.Checked) != 3 {
+				t.Errorf("report has %d errors, %d warnings, %d objects checked; want 5, 3, 3:\n%s",
 					len(report.Errors()), len(report.Warnings()), len(report.Checked), out)
 			}
 			first := report.Problems[0]

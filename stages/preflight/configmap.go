@@ -39,7 +39,7 @@ const (
 	// hostnames, domain suffixes, IP addresses and CIDRs.
 	KeyNoProxy = "noProxy"
 	// KeySSHAuthorizedKeys holds authorized_keys lines for the nodes.
-	// Required: at least one key.
+	// Without a key, validation warns.
 	KeySSHAuthorizedKeys = "sshAuthorizedKeys"
 )
 

@@ -201,7 +201,7 @@ var validationCases = []struct {
 	}},
 	{"a ConfigMap without data", objs(networkConfig("network", nil)), []string{
 		"ERROR " + cm + "data.controlPlaneCIDRs: missing",
-		"ERROR " + cm + "data.sshAuthorizedKeys: missing",
+		"WARNING " + cm + "data.sshAuthorizedKeys: missing, so no SSH public key",
 	}},
 
 	// IP families.
@@ -319,11 +319,11 @@ var validationCases = []struct {
 	}},
 
 	// SSH keys.
-	{"no SSH keys", objs(network(with("sshAuthorizedKeys", "-"))), []string{
-		"ERROR " + cm + "data.sshAuthorizedKeys: missing: give at least one SSH public key",
+	{"no SSH keys warns", objs(network(with("sshAuthorizedKeys", "-"))), []string{
+		"WARNING " + cm + "data.sshAuthorizedKeys: missing, so no SSH public key: nobody will be able to log in to the nodes; add at least one authorized_keys line",
 	}},
-	{"only comments where the SSH keys go", objs(network(with("sshAuthorizedKeys", "# keys come later\n\n"))), []string{
-		"ERROR " + cm + "data.sshAuthorizedKeys: no SSH public key",
+	{"only comments where the SSH keys go warns", objs(network(with("sshAuthorizedKeys", "# keys come later\n\n"))), []string{
+		"WARNING " + cm + "data.sshAuthorizedKeys: no SSH public key",
 	}},
 	{"a line that is not a key, next to a good one", objs(network(with("sshAuthorizedKeys", sshKey+"\nssh-ed25519 AAAA-truncated\n"))), []string{
 		"ERROR " + cm + "data.sshAuthorizedKeys: line 2 is not an authorized_keys line: ssh: no key found",
@@ -351,7 +351,7 @@ var validationCases = []struct {
 		"WARNING " + cm + "data.noProxy: does not cover the service CIDR 10.96.0.0/12 (default)",
 		"WARNING " + cm + "data.noProxy: does not cover the pod CIDR 10.96.0.0/16",
 		"WARNING " + cm + "data.noProxy: does not cover the control-plane network 10.96.0.0/24",
-		"ERROR " + cm + "data.sshAuthorizedKeys: missing",
+		"WARNING " + cm + "data.sshAuthorizedKeys: missing",
 	}},
 }
 
