@@ -1,0 +1,46 @@
+package sim
+
+import (
+	"errors"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// collectOrphans deletes what the simulated controllers created for an
+// owner that is gone: the finalizers of the real controllers, and the
+// garbage collector where kube-controller-manager does not run. A host
+// is always given back before its Metal3Machine goes.
+func (p *pass) collectOrphans() error {
+	var errs []error
+	gone := func(obj *unstructured.Unstructured, owner schema.GroupVersionKind) bool {
+		ref := controllerRef(obj)
+		return ref != nil && ref.Kind == owner.Kind && p.w.byUID(owner, ref.UID) == nil
+	}
+	for _, ms := range p.w.list(kindMachineSet) {
+		if gone(ms, kindMachineDeployment) {
+			errs = append(errs, p.remove(ms))
+		}
+	}
+	for _, m := range p.w.list(kindMachine) {
+		if gone(m, kindKubeadmControlPlane) || gone(m, kindMachineSet) {
+			errs = append(errs, p.deleteMachine(controllerCAPI, m, "its owner is gone"))
+		}
+	}
+	for _, m3m := range p.w.list(kindMetal3Machine) {
+		if gone(m3m, kindMachine) {
+			errs = append(errs, p.deleteMetal3Machine(m3m))
+		}
+	}
+	for _, kc := range p.w.list(kindKubeadmConfig) {
+		if gone(kc, kindMachine) {
+			errs = append(errs, p.deleteBootstrapConfig(kc))
+		}
+	}
+	for _, claim := range p.w.list(kindMetal3DataClaim) {
+		if gone(claim, kindMetal3Machine) {
+			errs = append(errs, p.deleteDataClaim(claim))
+		}
+	}
+	return errors.Join(errs...)
+}
