@@ -35,7 +35,12 @@ type compiledCheck struct {
 	expr    string
 	message string
 	program cel.Program
+	// detail, when set, computes the live part of the message.
+	detail cel.Program
 }
+
+// maxDetail bounds what a messageExpression adds to a stage's message.
+const maxDetail = 400
 
 var celEnv = sync.OnceValues(func() (*cel.Env, error) {
 	return cel.NewEnv(
@@ -70,7 +75,23 @@ func NewChecker(checks []capstanv1.ReadinessCheck) (*Checker, error) {
 			errs = append(errs, fmt.Errorf("readyWhen[%d].cel: %w", i, err))
 			continue
 		}
-		c.checks = append(c.checks, compiledCheck{kind: check.Kind, expr: check.CEL, message: check.Message, program: prg})
+		cc := compiledCheck{kind: check.Kind, expr: check.CEL, message: check.Message, program: prg}
+		if check.MessageExpression != "" {
+			ast, iss := env.Compile(check.MessageExpression)
+			if iss.Err() != nil {
+				errs = append(errs, fmt.Errorf("readyWhen[%d].messageExpression: %w", i, iss.Err()))
+				continue
+			}
+			if ast.OutputType() != types.StringType && ast.OutputType() != types.DynType {
+				errs = append(errs, fmt.Errorf("readyWhen[%d].messageExpression: expression returns %s, expected string", i, ast.OutputType()))
+				continue
+			}
+			if cc.detail, err = env.Program(ast, cel.CostLimit(celCostLimit)); err != nil {
+				errs = append(errs, fmt.Errorf("readyWhen[%d].messageExpression: %w", i, err))
+				continue
+			}
+		}
+		c.checks = append(c.checks, cc)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -96,7 +117,7 @@ func (c *Checker) Evaluate(obj *unstructured.Unstructured) Verdict {
 		if ok, isBool := out.Value().(bool); !isBool {
 			return Verdict{Message: check.describe(fmt.Sprintf("returned %v, expected bool", out.Value()))}
 		} else if !ok {
-			return Verdict{Message: check.describe("")}
+			return Verdict{Message: check.withDetail(obj, check.describe(""))}
 		}
 	}
 	if applied {
@@ -125,4 +146,23 @@ func (c compiledCheck) describe(detail string) string {
 		msg += " (" + detail + ")"
 	}
 	return msg
+}
+
+// withDetail appends what the check's messageExpression says about obj.
+func (c compiledCheck) withDetail(obj *unstructured.Unstructured, msg string) string {
+	if c.detail == nil {
+		return msg
+	}
+	out, _, err := c.detail.Eval(map[string]any{"object": obj.Object})
+	if err != nil {
+		return msg
+	}
+	detail, ok := out.Value().(string)
+	if !ok || detail == "" {
+		return msg
+	}
+	if len(detail) > maxDetail {
+		detail = detail[:maxDetail] + "..."
+	}
+	return msg + ": " + detail
 }

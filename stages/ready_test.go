@@ -174,6 +174,23 @@ var readinessCases = []struct {
 		obj:         widgetWithStatus(nil),
 		wantMessage: []string{"cost limit exceeded"},
 	},
+	{
+		name: "messageExpression adds the live detail to the message",
+		checks: checks(capstanv1.ReadinessCheck{CEL: "object.status.ready == true", Message: "waiting for the widget",
+			MessageExpression: "object.status.conditions.filter(c, c.status != 'True').map(c, c.message).join('; ')"}),
+		obj: widgetWithStatus(map[string]any{"ready": false, "conditions": []any{
+			map[string]any{"type": "A", "status": "True", "message": "fine"},
+			map[string]any{"type": "B", "status": "False", "message": "host node-2 is provisioning"},
+		}}),
+		wantMessage: []string{"waiting for the widget: host node-2 is provisioning"},
+	},
+	{
+		name: "a messageExpression that fails adds nothing",
+		checks: checks(capstanv1.ReadinessCheck{CEL: "object.status.ready == true", Message: "waiting for the widget",
+			MessageExpression: "object.status.missing.message"}),
+		obj:         widgetWithStatus(map[string]any{"ready": false}),
+		wantMessage: []string{"waiting for the widget"},
+	},
 }
 
 // nestedComprehension is depth comprehensions over ten elements, nested:
@@ -253,6 +270,11 @@ func TestNewCheckerRejects(t *testing.T) {
 			name:    "expression returning a string",
 			checks:  checks(readyCEL("object.metadata.name + 'x'")),
 			wantErr: []string{"readyWhen[0].cel", "expected bool"},
+		},
+		{
+			name:    "messageExpression returning a bool",
+			checks:  checks(capstanv1.ReadinessCheck{CEL: "true", MessageExpression: "1 == 1"}),
+			wantErr: []string{"readyWhen[0].messageExpression", "expected string"},
 		},
 		{
 			name:    "syntax error",

@@ -271,6 +271,13 @@ type ReadinessCheck struct {
 	// Message explains what is being waited for, shown while the check is false.
 	// +optional
 	Message string `json:"message,omitempty"`
+
+	// MessageExpression is a CEL expression over `object` returning a
+	// string that is appended to Message while the check is false: the
+	// live detail, such as which machine or host holds the stage up. An
+	// empty result, or one that fails to evaluate, adds nothing.
+	// +optional
+	MessageExpression string `json:"messageExpression,omitempty"`
 }
 
 // StageState is where a stage is in its life.
