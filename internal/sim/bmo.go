@@ -203,7 +203,7 @@ func (p *pass) credentialsFound(next *unstructured.Unstructured) (bool, error) {
 	name := str(next.Object, "spec", "bmc", "credentialsName")
 	var err error
 	if name != "" {
-		err = p.s.client.Get(p.ctx, types.NamespacedName{Namespace: next.GetNamespace(), Name: name}, &corev1.Secret{})
+		err = p.s.api.Get(p.ctx, types.NamespacedName{Namespace: next.GetNamespace(), Name: name}, &corev1.Secret{})
 	}
 	switch {
 	case name == "" || apierrors.IsNotFound(err):

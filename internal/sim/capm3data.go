@@ -242,7 +242,7 @@ func (p *pass) createSecret(controller string, owner *unstructured.Unstructured,
 		}
 		s.Data[k] = b
 	}
-	err := p.s.client.Create(p.ctx, s, client.FieldOwner(fieldManager(controller)))
+	err := p.s.api.Create(p.ctx, s, client.FieldOwner(fieldManager(controller)))
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create Secret %s/%s: %w", s.Namespace, name, err)
 	}
@@ -252,7 +252,7 @@ func (p *pass) createSecret(controller string, owner *unstructured.Unstructured,
 // deleteSecret deletes a Secret the simulator rendered.
 func (p *pass) deleteSecret(name string) error {
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.ns}}
-	if err := p.s.client.Delete(p.ctx, s); err != nil && !apierrors.IsNotFound(err) {
+	if err := p.s.api.Delete(p.ctx, s); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete Secret %s/%s: %w", p.ns, name, err)
 	}
 	return nil

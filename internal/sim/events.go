@@ -49,6 +49,8 @@ func (p *pass) emit(controller string, obj *unstructured.Unstructured, format st
 		Name:       obj.GetName(),
 		Message:    fmt.Sprintf(format, args...),
 	}
+	p.s.emitMu.Lock()
+	defer p.s.emitMu.Unlock()
 	p.s.log.Info(e.String(), "controller", controller)
 	if p.s.opts.Events != nil {
 		p.s.opts.Events(e)

@@ -150,7 +150,7 @@ func (p *pass) createControlPlaneMachine(kcp, cluster, tmpl *unstructured.Unstru
 			labels[k] = s
 		}
 	}
-	name := p.w.freeChildName(kcp, kindMachine, kindMetal3Machine, kindKubeadmConfig)
+	name := p.freeChildName(kcp, kindMachine, kindMetal3Machine, kindKubeadmConfig)
 	err := p.createMachine(newMachine{
 		controller: controllerKCP, owner: kcp, name: name, cluster: cluster.GetName(), labels: labels,
 		version: str(kcp.Object, "spec", "version"), spec: spec, bootstrap: bootstrap, infraTemplate: tmpl,

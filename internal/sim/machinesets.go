@@ -242,7 +242,7 @@ func (p *pass) scaleMachines(ms, cluster *unstructured.Unstructured) error {
 	}
 	var errs []error
 	for ; n < desired; n++ {
-		name := p.w.freeChildName(ms, kindMachine, kindMetal3Machine, kindKubeadmConfig)
+		name := p.freeChildName(ms, kindMachine, kindMetal3Machine, kindKubeadmConfig)
 		errs = append(errs, p.createMachine(newMachine{
 			controller: controllerCAPI, owner: ms, name: name, cluster: cluster.GetName(), labels: labels,
 			version: str(tmpl, "spec", "version"), spec: spec,

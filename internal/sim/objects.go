@@ -153,17 +153,21 @@ func childName(owner *unstructured.Unstructured, n int) string {
 }
 
 // freeChildName returns the first childName of owner that no object of
-// the kinds given holds.
-func (w *world) freeChildName(owner *unstructured.Unstructured, kinds ...schema.GroupVersionKind) string {
+// the kinds given holds and that the simulator has not handed out before:
+// a replacement machine gets a new name, as in Cluster API.
+func (p *pass) freeChildName(owner *unstructured.Unstructured, kinds ...schema.GroupVersionKind) string {
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
 	for n := 0; ; n++ {
 		name := childName(owner, n)
-		free := true
+		free := !p.s.named[p.ns+"/"+name]
 		for _, k := range kinds {
-			if w.get(k, name) != nil {
+			if p.w.get(k, name) != nil {
 				free = false
 			}
 		}
 		if free {
+			p.s.named[p.ns+"/"+name] = true
 			return name
 		}
 	}
@@ -180,6 +184,7 @@ func (p *pass) updateStatus(controller string, orig, next *unstructured.Unstruct
 		return false, nil
 	}
 	next.Object["status"] = status
+	p.writes = append(p.writes, "status "+next.GetKind()+"/"+next.GetName())
 	if err := p.s.client.Status().Update(p.ctx, next, client.FieldOwner(fieldManager(controller))); err != nil {
 		return false, fmt.Errorf("update status of %s %s/%s: %w", next.GetKind(), next.GetNamespace(), next.GetName(), err)
 	}
@@ -195,6 +200,7 @@ func (p *pass) update(controller string, orig, next *unstructured.Unstructured) 
 		return false, nil
 	}
 	next.Object = normalize(next.Object).(map[string]any)
+	p.writes = append(p.writes, "update "+next.GetKind()+"/"+next.GetName())
 	if err := p.s.client.Update(p.ctx, next, client.FieldOwner(fieldManager(controller))); err != nil {
 		return false, fmt.Errorf("update %s %s/%s: %w", next.GetKind(), next.GetNamespace(), next.GetName(), err)
 	}
@@ -208,16 +214,15 @@ func (p *pass) update(controller string, orig, next *unstructured.Unstructured) 
 func (p *pass) apply(controller string, obj *unstructured.Unstructured) error {
 	gvk := obj.GroupVersionKind()
 	obj.Object = normalize(obj.Object).(map[string]any)
+	p.writes = append(p.writes, "apply "+obj.GetKind()+"/"+obj.GetName())
 	err := p.s.client.Apply(p.ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(fieldManager(controller)))
 	if err != nil {
 		return fmt.Errorf("apply %s %s/%s: %w", obj.GetKind(), obj.GetNamespace(), obj.GetName(), err)
 	}
-	live := &unstructured.Unstructured{}
-	live.SetGroupVersionKind(gvk)
-	if err := p.s.client.Get(p.ctx, client.ObjectKeyFromObject(obj), live); err != nil {
-		return fmt.Errorf("read %s %s/%s back: %w", obj.GetKind(), obj.GetNamespace(), obj.GetName(), err)
-	}
-	p.w.put(live)
+	// The client decodes the applied object, as the API server returned it,
+	// into obj.
+	obj.SetGroupVersionKind(gvk)
+	p.w.put(obj)
 	return nil
 }
 

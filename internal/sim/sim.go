@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -44,7 +43,8 @@ type Options struct {
 	Logger logr.Logger
 
 	// Events, when set, is called once for every change the simulator
-	// makes, in order. It runs on the simulator's workers: keep it short.
+	// makes, in order, never twice at once. It runs on the simulator's
+	// workers and holds them up: keep it short.
 	Events func(Event)
 
 	// Workers is how many namespaces are simulated at once. Zero means 2.
@@ -73,7 +73,10 @@ type Simulator struct {
 
 	cache  cache.Cache
 	client client.Client // reads from the cache, waiting for its own writes
+	api    client.Client // reads and writes Secrets, which are not cached
 	queue  workqueue.TypedRateLimitingInterface[string]
+
+	emitMu sync.Mutex // one event at a time, in order
 
 	mu         sync.Mutex
 	started    bool
@@ -82,6 +85,7 @@ type Simulator struct {
 	since      map[types.UID]map[string]time.Time // when a step was first due, per object
 	namespaces map[string]bool                    // namespaces seen, to wake on a fault change
 	notes      map[types.UID]map[string]bool      // one-off events already sent
+	named      map[string]bool                    // child names handed out, "namespace/name"
 }
 
 // New returns a Simulator for the API server cfg points at. It connects
@@ -122,14 +126,17 @@ func New(cfg *rest.Config, opts Options) (*Simulator, error) {
 		Cache: &client.CacheOptions{
 			Reader:       c,
 			Unstructured: true,
-			// Secrets are read live: the simulator only checks that one
-			// exists and has no reason to hold every Secret in memory.
-			DisableFor: []client.Object{&corev1.Secret{}},
 			// A pass must see what the previous pass wrote, or it would
 			// create a Machine twice or claim a host twice.
 			EnableReadYourWritesConsistency: ptr.To(true),
 		},
 	})
+	if err != nil {
+		return nil, fmt.Errorf("new simulator: %w", err)
+	}
+	// Secrets go straight to the API server: the simulator only checks that
+	// one exists and has no reason to hold every Secret in memory.
+	api, err := client.New(cfg, client.Options{HTTPClient: httpClient, Mapper: mapper})
 	if err != nil {
 		return nil, fmt.Errorf("new simulator: %w", err)
 	}
@@ -143,11 +150,17 @@ func New(cfg *rest.Config, opts Options) (*Simulator, error) {
 		log:        log,
 		cache:      c,
 		client:     cl,
+		api:        api,
 		faults:     map[string]Fault{},
 		failed:     map[types.UID]bool{},
 		since:      map[types.UID]map[string]time.Time{},
 		namespaces: map[string]bool{},
 		notes:      map[types.UID]map[string]bool{},
+		named:      map[string]bool{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](20*time.Millisecond, 5*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "capstan-sim"},
+		),
 	}
 	for host, f := range opts.Faults {
 		s.faults[host] = f
@@ -185,16 +198,12 @@ func (s *Simulator) Run(ctx context.Context) error {
 	}
 	s.started = true
 	s.mu.Unlock()
+	defer s.queue.ShutDown()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// The informers log through the context's logger.
 	ctx = logr.NewContext(ctx, s.log.V(1).WithName("informers"))
-	s.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[string](20*time.Millisecond, 5*time.Second),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "capstan-sim"},
-	)
-	defer s.queue.ShutDown()
 
 	cacheDone := make(chan error, 1)
 	go func() { cacheDone <- s.cache.Start(ctx) }()
@@ -287,9 +296,7 @@ func (s *Simulator) wake(ns string) {
 	s.mu.Lock()
 	s.namespaces[ns] = true
 	s.mu.Unlock()
-	if s.queue != nil {
-		s.queue.Add(ns)
-	}
+	s.queue.Add(ns)
 }
 
 // wakeAll queues a pass over every namespace seen so far.

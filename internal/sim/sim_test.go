@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -132,6 +133,9 @@ func (f *simFixture) startSimulator(opts Options) (*Simulator, *eventLog) {
 	opts.Namespace = f.ns
 	opts.Events = events.add
 	opts.Logger = logr.Discard()
+	if os.Getenv("SIM_LOG") != "" {
+		opts.Logger = testr.NewWithOptions(f.t, testr.Options{Verbosity: 2})
+	}
 	s, err := New(f.env.Config, opts)
 	if err != nil {
 		f.t.Fatal(err)
@@ -144,7 +148,7 @@ func (f *simFixture) startSimulator(opts Options) (*Simulator, *eventLog) {
 		if err := <-done; err != nil {
 			f.t.Errorf("simulator: %v", err)
 		}
-		if f.t.Failed() {
+		if f.t.Failed() || os.Getenv("SIM_EVENTS") != "" {
 			f.t.Logf("simulator events:\n%s", events)
 		}
 	})

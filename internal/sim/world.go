@@ -123,12 +123,13 @@ func compareAge(a, b *unstructured.Unstructured) int {
 // pass is one round over a namespace: each simulated controller looks at
 // every object it owns and takes the next step that is due.
 type pass struct {
-	ctx  context.Context
-	s    *Simulator
-	ns   string
-	now  time.Time
-	w    *world
-	wake time.Duration // when the next step falls due; zero when none waits
+	ctx    context.Context
+	s      *Simulator
+	ns     string
+	now    time.Time
+	w      *world
+	wake   time.Duration // when the next step falls due; zero when none waits
+	writes []string      // what the pass wrote, for the V(2) log
 }
 
 // passSteps are the simulated controllers, in the order of seed 002. Each
@@ -155,6 +156,7 @@ var passSteps = []struct {
 // pass runs every simulated controller once over namespace ns. It returns
 // when the next delayed step falls due (zero if none waits).
 func (s *Simulator) pass(ctx context.Context, ns string) (time.Duration, error) {
+	start := time.Now()
 	w := &world{objs: map[schema.GroupVersionKind]map[string]*unstructured.Unstructured{}}
 	for _, gvk := range watchedKinds {
 		list := &unstructured.UnstructuredList{}
@@ -175,5 +177,6 @@ func (s *Simulator) pass(ctx context.Context, ns string) (time.Duration, error) 
 			errs = append(errs, fmt.Errorf("%s: %w", step.name, err))
 		}
 	}
+	s.log.V(2).Info("pass", "namespace", ns, "took", time.Since(start).String(), "writes", p.writes)
 	return p.wake, errors.Join(errs...)
 }
