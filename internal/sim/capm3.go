@@ -378,7 +378,8 @@ func (p *pass) releaseHosts() error {
 	var errs []error
 	for _, h := range p.w.list(kindBareMetalHost) {
 		ref := object(h.Object, "spec", "consumerRef")
-		if ref == nil || ref["kind"] != "Metal3Machine" || !managedBy(h, controllerCAPM3) {
+		_, paused := h.GetAnnotations()[hostPausedAnnotation]
+		if ref == nil || ref["kind"] != "Metal3Machine" || paused || !managedBy(h, controllerCAPM3) {
 			continue
 		}
 		name, _ := ref["name"].(string)

@@ -10,12 +10,18 @@ import (
 // collectOrphans deletes what the simulated controllers created for an
 // owner that is gone: the finalizers of the real controllers, and the
 // garbage collector where kube-controller-manager does not run. A host
-// is always given back before its Metal3Machine goes.
+// is always given back before its Metal3Machine goes. Nothing of a paused
+// or missing Cluster is touched: during a pivot, objects arrive in the
+// target before their owners.
 func (p *pass) collectOrphans() error {
 	var errs []error
 	gone := func(obj *unstructured.Unstructured, owner schema.GroupVersionKind) bool {
 		ref := controllerRef(obj)
-		return ref != nil && ref.Kind == owner.Kind && p.w.byUID(owner, ref.UID) == nil
+		if ref == nil || ref.Kind != owner.Kind || p.w.byUID(owner, ref.UID) != nil {
+			return false
+		}
+		c := p.w.get(kindCluster, obj.GetLabels()[clusterNameLabel])
+		return c != nil && !clusterPaused(c)
 	}
 	for _, ms := range p.w.list(kindMachineSet) {
 		if gone(ms, kindMachineDeployment) {

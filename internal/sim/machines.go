@@ -84,12 +84,12 @@ func (p *pass) createMachine(nm newMachine) error {
 // host back first: without finalizers, nothing else would. why says why,
 // for the event.
 func (p *pass) deleteMachine(controller string, m *unstructured.Unstructured, why string) error {
-	if m3m := p.w.get(kindMetal3Machine, str(m.Object, "spec", "infrastructureRef", "name")); m3m != nil && hasOwner(m3m, m) {
+	if m3m := p.infraMachineOf(m); m3m != nil && hasOwner(m3m, m) {
 		if err := p.deleteMetal3Machine(m3m); err != nil {
 			return err
 		}
 	}
-	if kc := p.w.get(kindKubeadmConfig, str(m.Object, "spec", "bootstrap", "configRef", "name")); kc != nil && hasOwner(kc, m) {
+	if kc := p.bootstrapOf(m); kc != nil && hasOwner(kc, m) {
 		if err := p.deleteBootstrapConfig(kc); err != nil {
 			return err
 		}
@@ -162,7 +162,11 @@ func (p *pass) reconcileMachines() error {
 		if cluster == nil || clusterPaused(cluster) {
 			continue
 		}
-		if err := p.machineSpec(m); err != nil {
+		if err := p.adoptMachineParts(m); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := p.machineSpec(p.w.get(kindMachine, m.GetName())); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -173,17 +177,57 @@ func (p *pass) reconcileMachines() error {
 	return errors.Join(errs...)
 }
 
+// bootstrapOf returns the KubeadmConfig a Machine's bootstrap.configRef
+// names; other bootstrap providers are not simulated.
+func (p *pass) bootstrapOf(m *unstructured.Unstructured) *unstructured.Unstructured {
+	if str(m.Object, "spec", "bootstrap", "configRef", "kind") != kindKubeadmConfig.Kind {
+		return nil
+	}
+	return p.w.get(kindKubeadmConfig, str(m.Object, "spec", "bootstrap", "configRef", "name"))
+}
+
+// infraMachineOf returns the Metal3Machine a Machine's infrastructureRef
+// names.
+func (p *pass) infraMachineOf(m *unstructured.Unstructured) *unstructured.Unstructured {
+	if str(m.Object, "spec", "infrastructureRef", "kind") != kindMetal3Machine.Kind {
+		return nil
+	}
+	return p.w.get(kindMetal3Machine, str(m.Object, "spec", "infrastructureRef", "name"))
+}
+
+// adoptMachineParts makes the Machine the owner of its KubeadmConfig and
+// Metal3Machine, as Cluster API does for a Machine a user wrote; those the
+// simulator creates are owned from the start.
+func (p *pass) adoptMachineParts(m *unstructured.Unstructured) error {
+	parts := []*unstructured.Unstructured{
+		p.bootstrapOf(m),
+		p.infraMachineOf(m),
+	}
+	for _, part := range parts {
+		if part == nil || hasOwner(part, m) || controllerRef(part) != nil {
+			continue
+		}
+		a := newObject(part.GroupVersionKind(), part.GetNamespace(), part.GetName())
+		a.SetOwnerReferences([]metav1.OwnerReference{ownerRef(m, true)})
+		if err := p.apply(controllerCAPI, a); err != nil {
+			return err
+		}
+		p.emit(controllerCAPI, part, "owned by Machine %s", m.GetName())
+	}
+	return nil
+}
+
 // machineSpec copies the bootstrap data Secret name and the providerID,
 // the two spec fields Cluster API fills in, with server-side apply. Every
 // apply carries both, or it would take back the one left out.
 func (p *pass) machineSpec(m *unstructured.Unstructured) error {
 	secret := str(m.Object, "spec", "bootstrap", "dataSecretName")
-	if kc := p.w.get(kindKubeadmConfig, str(m.Object, "spec", "bootstrap", "configRef", "name")); kc != nil &&
+	if kc := p.bootstrapOf(m); kc != nil &&
 		secret == "" && flag(kc.Object, "status", "initialization", "dataSecretCreated") {
 		secret = str(kc.Object, "status", "dataSecretName")
 	}
 	id := str(m.Object, "spec", "providerID")
-	if m3m := p.w.get(kindMetal3Machine, str(m.Object, "spec", "infrastructureRef", "name")); m3m != nil &&
+	if m3m := p.infraMachineOf(m); m3m != nil &&
 		id == "" && flag(m3m.Object, "status", "initialization", "provisioned") {
 		id = str(m3m.Object, "spec", "providerID")
 	}
@@ -215,7 +259,7 @@ func (p *pass) machineStatus(m *unstructured.Unstructured) error {
 	next := m.DeepCopy()
 	set(next.Object, m.GetGeneration(), "status", "observedGeneration")
 	bootstrapReady := str(m.Object, "spec", "bootstrap", "dataSecretName") != ""
-	m3m := p.w.get(kindMetal3Machine, str(m.Object, "spec", "infrastructureRef", "name"))
+	m3m := p.infraMachineOf(m)
 	infraReady := m3m != nil && flag(m3m.Object, "status", "initialization", "provisioned")
 	providerID := str(m.Object, "spec", "providerID")
 	if bootstrapReady {
@@ -323,7 +367,7 @@ func (p *pass) machineUpToDate(m *unstructured.Unstructured) bool {
 // clonedFrom returns the name of the Metal3MachineTemplate the machine's
 // Metal3Machine was cloned from.
 func (p *pass) clonedFrom(m *unstructured.Unstructured) string {
-	if m3m := p.w.get(kindMetal3Machine, str(m.Object, "spec", "infrastructureRef", "name")); m3m != nil {
+	if m3m := p.infraMachineOf(m); m3m != nil {
 		return m3m.GetAnnotations()[clonedFromAnnotation]
 	}
 	return ""
