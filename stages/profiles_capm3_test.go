@@ -73,7 +73,7 @@ func stageSpec(t *testing.T, p *stages.Profile, name string) capstanv1.StageSpec
 func TestBuiltInProfilesOrderAndChecks(t *testing.T) {
 	want := map[string][]string{
 		"capm3": {
-			"HostsRegistered(apply)", "InfrastructureReady(apply)", "ControlPlaneInitialized(apply)",
+			"Preflight(validate)", "HostsRegistered(apply)", "InfrastructureReady(apply)", "ControlPlaneInitialized(apply)",
 			"ControlPlaneReady(wait)", "WorkersReady(apply)", "ClusterReady(wait)",
 		},
 		"bootstrap": {
@@ -138,6 +138,7 @@ func TestCAPM3PlanPlacesEveryObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string][]string{
+		"Preflight":           {"Cluster/mgmt", "IPPool/mgmt-provisioning"},
 		"HostsRegistered":     append(hostsAndSecrets(), "Namespace/mgmt"),
 		"InfrastructureReady": {"Cluster/mgmt", "IPPool/mgmt-provisioning", "Metal3Cluster/mgmt"},
 		"ControlPlaneInitialized": {
@@ -179,7 +180,7 @@ func TestBootstrapPlanPlacesEveryObject(t *testing.T) {
 	}
 	provider := []string{"Deployment/capi-controller-manager"}
 	want := map[string][]string{
-		"ProxySettingsHandled":               {"Cluster/mgmt"},
+		"ProxySettingsHandled":               {"Cluster/mgmt", "ConfigMap/capi-settings", "ConfigMap/helm-controller-config", "IPPool/mgmt-provisioning"},
 		"ClusterSSHConfigured":               append([]string{"Namespace/mgmt"}, secrets...),
 		"ProviderUpdatedInBootstrap":         {"ConfigMap/capi-settings", "Deployment/capi-controller-manager"},
 		"ProviderEnabledInBootstrap":         provider,
