@@ -169,6 +169,10 @@ func (p *pass) reconcileData() error {
 }
 
 func (p *pass) renderData(data, tmpl, m3m, host *unstructured.Unstructured) error {
+	addrs, ready, err := p.poolAddresses(data, tmpl)
+	if err != nil || !ready {
+		return err // the claims wait for their addresses
+	}
 	machineName := ""
 	if ref := controllerRef(m3m); ref != nil {
 		machineName = ref.Name
@@ -185,9 +189,10 @@ func (p *pass) renderData(data, tmpl, m3m, host *unstructured.Unstructured) erro
 	}
 	network := map[string]any{
 		"links":    []any{map[string]any{"id": "enp1s0", "type": "phy", "ethernet_mac_address": str(host.Object, "spec", "bootMACAddress")}},
-		"networks": []any{map[string]any{"id": "provisioning", "link": "enp1s0", "type": "ipv4_dhcp"}},
+		"networks": []any{},
 		"services": []any{},
 	}
+	addPoolData(tmpl, addrs, meta, network)
 	next := data.DeepCopy()
 	for _, s := range []struct {
 		field, suffix, key string
@@ -210,13 +215,53 @@ func (p *pass) renderData(data, tmpl, m3m, host *unstructured.Unstructured) erro
 		return err
 	}
 	data = p.w.get(kindMetal3Data, data.GetName())
-	ready := data.DeepCopy()
-	set(ready.Object, true, "status", "ready")
-	if _, err := p.updateStatus(controllerCAPM3, data, ready); err != nil {
+	done := data.DeepCopy()
+	set(done.Object, true, "status", "ready")
+	if _, err := p.updateStatus(controllerCAPM3, data, done); err != nil {
 		return err
 	}
 	p.emit(controllerCAPM3, data, "meta data and network data rendered for host %s", host.GetName())
 	return nil
+}
+
+// addPoolData puts the addresses allocated from IP pools where the
+// template asks for them: meta data keys of the *FromPool lists, and the
+// ipv4 networks that take ipAddressFromIPPool. Networks without a pool
+// use DHCP.
+func addPoolData(tmpl *unstructured.Unstructured, addrs map[string]*unstructured.Unstructured, meta, network map[string]any) {
+	for list, field := range map[string]string{
+		"ipAddressesFromPool": "address", "prefixesFromPool": "prefix",
+		"gatewaysFromPool": "gateway", "dnsServersFromPool": "dnsServers",
+	} {
+		entries, _, _ := unstructured.NestedSlice(tmpl.Object, "spec", "metaData", list)
+		for _, e := range entries {
+			m, _ := e.(map[string]any)
+			if a := addrs[str(m, "name")]; a != nil {
+				meta[str(m, "key")] = object(a.Object, "spec")[field]
+			}
+		}
+	}
+	var networks []any
+	for _, family := range []string{"ipv4", "ipv6"} {
+		items, _, _ := unstructured.NestedSlice(tmpl.Object, "spec", "networkData", "networks", family)
+		for _, it := range items {
+			m, _ := it.(map[string]any)
+			n := map[string]any{"id": str(m, "id"), "link": str(m, "link"), "type": family}
+			if a := addrs[str(m, "ipAddressFromIPPool")]; a != nil {
+				n["ip_address"] = str(a.Object, "spec", "address")
+				if prefix, ok := integer(a.Object, "spec", "prefix"); ok {
+					n["prefix"] = prefix
+				}
+			}
+			networks = append(networks, n)
+		}
+		dhcp, _, _ := unstructured.NestedSlice(tmpl.Object, "spec", "networkData", "networks", family+"DHCP")
+		for _, it := range dhcp {
+			m, _ := it.(map[string]any)
+			networks = append(networks, map[string]any{"id": str(m, "id"), "link": str(m, "link"), "type": family + "_dhcp"})
+		}
+	}
+	network["networks"] = networks
 }
 
 // createSecret creates a Secret owned by owner whose keys hold YAML; a

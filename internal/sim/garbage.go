@@ -43,6 +43,17 @@ func (p *pass) collectOrphans() error {
 			errs = append(errs, p.deleteBootstrapConfig(kc))
 		}
 	}
+	for _, claim := range p.w.list(kindIPClaim) {
+		if gone(claim, kindMetal3Data) {
+			for _, a := range p.w.owned(kindIPAddress, claim) {
+				errs = append(errs, p.remove(a))
+			}
+			errs = append(errs, p.remove(claim))
+			if pool := p.w.get(kindIPPool, str(claim.Object, "spec", "pool", "name")); pool != nil {
+				errs = append(errs, p.recordAllocations(pool))
+			}
+		}
+	}
 	for _, claim := range p.w.list(kindMetal3DataClaim) {
 		if gone(claim, kindMetal3Machine) {
 			errs = append(errs, p.deleteDataClaim(claim))

@@ -131,7 +131,7 @@ func (p *pass) deleteDataClaim(claim *unstructured.Unstructured) error {
 				errs = append(errs, p.deleteSecret(name))
 			}
 		}
-		errs = append(errs, p.remove(d))
+		errs = append(errs, p.releaseAddresses(d), p.remove(d))
 		if tmpl := p.w.get(kindMetal3DataTemplate, str(d.Object, "spec", "template", "name")); tmpl != nil {
 			errs = append(errs, p.recordIndexes(tmpl))
 		}

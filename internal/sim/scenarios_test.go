@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 
 	"github.com/capstan-dev/capstan/internal/testenv"
 	"github.com/capstan-dev/capstan/stages"
@@ -49,6 +52,7 @@ func testClusterReadyInSeedOrder(t *testing.T, env *testenv.Env) {
 		}
 	}
 	assertProviderIDs(t, f, 5)
+	assertPoolAllocations(t, f, 5)
 
 	want := "BareMetalHost " + f.ns + "/node-0: preparing -> available"
 	if !strings.Contains(events.String(), want) {
@@ -288,4 +292,34 @@ func testScaleDown(t *testing.T, env *testenv.Env) {
 		t.Errorf("released host %s went through %v, without deprovisioning", released[0], got)
 	}
 	assertProviderIDs(t, f, 4)
+	assertPoolAllocations(t, f, 4)
+}
+
+// assertPoolAllocations checks that the IP pool holds one address per
+// machine, each rendered into its machine's meta data.
+func assertPoolAllocations(t *testing.T, f *simFixture, want int) {
+	t.Helper()
+	indexes := object(f.get(kindIPPool, "demo-provisioning").Object, "status", "indexes")
+	if len(indexes) != want {
+		t.Errorf("IPPool demo-provisioning allocates %v, want %d addresses", indexes, want)
+	}
+	for _, a := range f.list(kindIPAddress) {
+		if claim := str(a.Object, "spec", "claim", "name"); indexes[claim] != str(a.Object, "spec", "address") {
+			t.Errorf("IPAddress %s of claim %s is not in the pool's status", a.GetName(), claim)
+		}
+	}
+	for _, d := range f.list(kindMetal3Data) {
+		secret := &corev1.Secret{}
+		if err := f.c.Get(t.Context(), types.NamespacedName{Namespace: f.ns, Name: str(d.Object, "spec", "metaData", "name")}, secret); err != nil {
+			t.Errorf("meta data of Metal3Data %s: %v", d.GetName(), err)
+			continue
+		}
+		var meta map[string]any
+		if err := yaml.Unmarshal(secret.Data["metaData"], &meta); err != nil {
+			t.Fatal(err)
+		}
+		if want := indexes[d.GetName()+"-demo-provisioning"]; want == nil || meta["provisioningIP"] != want {
+			t.Errorf("meta data of Metal3Data %s has provisioningIP %v, want %v", d.GetName(), meta["provisioningIP"], want)
+		}
+	}
 }

@@ -9,7 +9,9 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -78,14 +80,15 @@ type Simulator struct {
 
 	emitMu sync.Mutex // one event at a time, in order
 
-	mu         sync.Mutex
-	started    bool
-	faults     map[string]Fault
-	failed     map[types.UID]bool                 // hosts whose one failure was played
-	since      map[types.UID]map[string]time.Time // when a step was first due, per object
-	namespaces map[string]bool                    // namespaces seen, to wake on a fault change
-	notes      map[types.UID]map[string]bool      // one-off events already sent
-	named      map[string]bool                    // child names handed out, "namespace/name"
+	mu          sync.Mutex
+	started     bool
+	faults      map[string]Fault
+	failed      map[types.UID]bool                 // hosts whose one failure was played
+	since       map[types.UID]map[string]time.Time // when a step was first due, per object
+	namespaces  map[string]bool                    // namespaces seen, to wake on a fault change
+	notes       map[types.UID]map[string]bool      // one-off events already sent
+	named       map[string]bool                    // child names handed out, "namespace/name"
+	servedKinds map[schema.GroupVersionKind]bool   // kinds the API server serves
 }
 
 // New returns a Simulator for the API server cfg points at. It connects
@@ -145,18 +148,19 @@ func New(cfg *rest.Config, opts Options) (*Simulator, error) {
 		log = logr.Discard()
 	}
 	s := &Simulator{
-		opts:       opts,
-		delays:     opts.Delays.withDefaults(),
-		log:        log,
-		cache:      c,
-		client:     cl,
-		api:        api,
-		faults:     map[string]Fault{},
-		failed:     map[types.UID]bool{},
-		since:      map[types.UID]map[string]time.Time{},
-		namespaces: map[string]bool{},
-		notes:      map[types.UID]map[string]bool{},
-		named:      map[string]bool{},
+		opts:        opts,
+		delays:      opts.Delays.withDefaults(),
+		log:         log,
+		cache:       c,
+		client:      cl,
+		api:         api,
+		faults:      map[string]Fault{},
+		failed:      map[types.UID]bool{},
+		since:       map[types.UID]map[string]time.Time{},
+		namespaces:  map[string]bool{},
+		notes:       map[types.UID]map[string]bool{},
+		named:       map[string]bool{},
+		servedKinds: map[schema.GroupVersionKind]bool{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](20*time.Millisecond, 5*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "capstan-sim"},
@@ -242,6 +246,13 @@ func (s *Simulator) Run(ctx context.Context) error {
 	return nil
 }
 
+// served reports whether the API server serves gvk, as found by Run.
+func (s *Simulator) served(gvk schema.GroupVersionKind) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.servedKinds[gvk]
+}
+
 // watch registers an informer per simulated kind; every change to one of
 // them queues its namespace for a pass.
 func (s *Simulator) watch(ctx context.Context) error {
@@ -250,10 +261,17 @@ func (s *Simulator) watch(ctx context.Context) error {
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(gvk)
 		inf, err := s.cache.GetInformer(ctx, u, cache.BlockUntilSynced(false))
+		if err != nil && optionalKinds[gvk] && meta.IsNoMatchError(err) {
+			s.log.Info("kind not served, not simulated", "kind", gvk.GroupKind().String())
+			continue
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("watch %s (is its CRD installed?): %w", gvk.GroupKind(), err))
 			continue
 		}
+		s.mu.Lock()
+		s.servedKinds[gvk] = true
+		s.mu.Unlock()
 		_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    s.changed,
 			UpdateFunc: func(_, obj any) { s.changed(obj) },

@@ -47,7 +47,11 @@ var watchedKinds = []schema.GroupVersionKind{
 	kindMachineDeployment, kindMachineSet, kindMachine, kindKubeadmConfig,
 	kindKubeadmConfigTemplate, kindMetal3Machine, kindMetal3MachineTemplate,
 	kindMetal3DataTemplate, kindMetal3DataClaim, kindMetal3Data,
+	kindIPPool, kindIPClaim, kindIPAddress,
 }
+
+// optionalKinds may be missing: the simulator then plays without them.
+var optionalKinds = map[schema.GroupVersionKind]bool{kindIPPool: true, kindIPClaim: true, kindIPAddress: true}
 
 // world is a pass's view of one namespace: every object of the watched
 // kinds, kept up to date with the pass's own writes.
@@ -148,6 +152,7 @@ var passSteps = []struct {
 	{"KubeadmConfig", (*pass).reconcileBootstrapConfigs},
 	{"Metal3Machine", (*pass).reconcileMetal3Machines},
 	{"Metal3DataTemplate", (*pass).reconcileDataTemplates},
+	{"IPClaim", (*pass).reconcileIPClaims},
 	{"Metal3Data", (*pass).reconcileData},
 	{"Machine", (*pass).reconcileMachines},
 	{"garbage", (*pass).collectOrphans},
@@ -159,6 +164,9 @@ func (s *Simulator) pass(ctx context.Context, ns string) (time.Duration, error) 
 	start := time.Now()
 	w := &world{objs: map[schema.GroupVersionKind]map[string]*unstructured.Unstructured{}}
 	for _, gvk := range watchedKinds {
+		if !s.served(gvk) {
+			continue
+		}
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 		if err := s.client.List(ctx, list, client.InNamespace(ns)); err != nil {
