@@ -256,7 +256,12 @@ func planWorkers(c rolloutCluster, s rolloutSettings, step *rolloutStep) bool {
 		msg += fmt.Sprintf("; starting %d", started)
 	}
 	if len(atWork) > started {
-		msg += "; " + describeWork(atWork[0].LCMMachine)
+		m := atWork[0]
+		if m.DrainMark != "" && !sameItems(m.Spec.StateItems, targetItems(c.Cluster, m.LCMMachine, lcmv1.StatePhaseDeploy)) {
+			msg += "; " + m.Name + " cordoned for its upgrade, draining"
+		} else {
+			msg += "; " + describeWork(m.LCMMachine)
+		}
 	}
 	if len(unreported) > 0 {
 		msg += fmt.Sprintf("; %d not reported by their agent yet (%s)", len(unreported), sample(unreported))

@@ -484,27 +484,25 @@ func lcmSettledState(items []lcmv1.StateItem) lcmv1.MachineState {
 }
 
 // lcmWorkingState is the state a machine reports while it runs pending:
-// Deploy for a machine never deployed, Upgrade for one that was, when
-// deploy items are pending; Reconfigure for a deployed machine with only
-// reconfigure items pending; Prepare when only prepare items are.
+// Prepare when only prepare items are pending; otherwise a machine keeps
+// the Deploy or Upgrade it is in until it is done, a machine never
+// deployed is in Deploy, and a deployed one is in Upgrade for new deploy
+// items and in Reconfigure for new reconfigure items alone.
 func lcmWorkingState(m *lcmv1.LCMMachine, pending []lcmv1.StateItem) lcmv1.MachineState {
 	has := func(p lcmv1.StatePhase) bool {
 		return slices.ContainsFunc(pending, func(i lcmv1.StateItem) bool { return i.Phase == p })
 	}
-	deployed := lcmDeployedBefore(m)
 	switch {
-	case has(lcmv1.StatePhaseDeploy) && m.Status.State == lcmv1.MachineStateDeploy:
-		return lcmv1.MachineStateDeploy // a first deployment stays one
-	case has(lcmv1.StatePhaseDeploy) && deployed:
-		return lcmv1.MachineStateUpgrade
-	case has(lcmv1.StatePhaseDeploy):
-		return lcmv1.MachineStateDeploy
-	case has(lcmv1.StatePhaseReconfigure) && deployed:
-		return lcmv1.MachineStateReconfigure
-	case has(lcmv1.StatePhaseReconfigure):
-		return lcmv1.MachineStateDeploy
-	default:
+	case !has(lcmv1.StatePhaseDeploy) && !has(lcmv1.StatePhaseReconfigure):
 		return lcmv1.MachineStatePrepare
+	case m.Status.State == lcmv1.MachineStateDeploy || m.Status.State == lcmv1.MachineStateUpgrade:
+		return m.Status.State
+	case !lcmDeployedBefore(m):
+		return lcmv1.MachineStateDeploy
+	case has(lcmv1.StatePhaseDeploy):
+		return lcmv1.MachineStateUpgrade
+	default:
+		return lcmv1.MachineStateReconfigure
 	}
 }
 

@@ -59,6 +59,8 @@ func TestLCMWorkingState(t *testing.T) {
 		{"deploy items after a prepare of a deployed machine are Upgrade", lcmv1.MachineStatePrepare, []lcmv1.StateItemResult{deployedResult}, []lcmv1.StateItem{deploy}, lcmv1.MachineStateUpgrade},
 		{"reconfigure items on a Ready machine are Reconfigure", lcmv1.MachineStateReady, []lcmv1.StateItemResult{deployedResult}, []lcmv1.StateItem{reconfigure}, lcmv1.MachineStateReconfigure},
 		{"reconfigure items on a new machine are part of its Deploy", lcmv1.MachineStatePending, nil, []lcmv1.StateItem{reconfigure}, lcmv1.MachineStateDeploy},
+		{"a deployment stays Deploy through its reconfigure items", lcmv1.MachineStateDeploy, []lcmv1.StateItemResult{deployedResult}, []lcmv1.StateItem{reconfigure}, lcmv1.MachineStateDeploy},
+		{"an upgrade stays Upgrade through its reconfigure items", lcmv1.MachineStateUpgrade, []lcmv1.StateItemResult{deployedResult}, []lcmv1.StateItem{reconfigure}, lcmv1.MachineStateUpgrade},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
