@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/capstan-dev/capstan/stages"
+)
+
+// The README's demo, run as a user runs it: `capstan dev
+// --exit-when-ready` starts its own control plane, serves examples/ from a
+// local git repository, and exits 0 once the mgmt cluster is Ready, having
+// printed every capm3 stage becoming ready, in order, and a table of their
+// durations.
+func TestDevExitsWhenTheExampleIsReady(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a second control plane")
+	}
+	bin := capstanBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	begin := time.Now()
+	dev := exec.CommandContext(ctx, bin, "dev", "--exit-when-ready", "--timeout", "3m", "--sim-speed", "10")
+	dev.Dir = ".."
+	out, err := dev.CombinedOutput()
+	if err != nil {
+		t.Fatalf("capstan dev: %v\n%s", err, out)
+	}
+	t.Logf("capstan dev --exit-when-ready --sim-speed 10: exit 0 after %s", time.Since(begin).Round(100*time.Millisecond))
+
+	profile, err := stages.LoadProfile("capm3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(out)
+	at := 0
+	for _, s := range profile.Stages {
+		i := strings.Index(text[at:], "✓ "+s.Name)
+		if i < 0 {
+			t.Fatalf("output does not show %s becoming ready after the stages before it:\n%s", s.Name, out)
+		}
+		at += i
+	}
+	for _, want := range []string{"STAGE", "DURATION", "mgmt is Ready"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// A stage that cannot finish makes --exit-when-ready fail with that stage
+// and its message, once --timeout passes.
+func TestDevExitWhenReadyFailsWithTheStuckStage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a second control plane")
+	}
+	bin := capstanBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// Simulated providers a thousand times slower than the demo: hosts
+	// never finish inspection within the timeout.
+	dev := exec.CommandContext(ctx, bin, "dev", "--exit-when-ready", "--timeout", "15s", "--sim-speed", "0.001")
+	dev.Dir = ".."
+	out, err := dev.CombinedOutput()
+	if err == nil {
+		t.Fatalf("capstan dev exited 0 though the hosts could not register:\n%s", out)
+	}
+	if !strings.Contains(string(out), "stage HostsRegistered is InProgress") || !strings.Contains(string(out), "BareMetalHost") {
+		t.Errorf("output does not name the stuck stage and what it waits for:\n%s", out)
+	}
+}
+
+var built struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// capstanBinary builds cmd/capstan once per test run.
+func capstanBinary(t *testing.T) string {
+	t.Helper()
+	built.once.Do(func() {
+		dir, err := os.MkdirTemp("", "capstan-e2e-bin-")
+		if err != nil {
+			built.err = err
+			return
+		}
+		built.path = filepath.Join(dir, "capstan")
+		build := exec.Command("go", "build", "-o", built.path, "./cmd/capstan")
+		build.Dir = ".."
+		if out, err := build.CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.path
+}
