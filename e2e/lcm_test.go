@@ -278,7 +278,9 @@ func listMachines(t *testing.T, c client.Client, ns string) []*lcmv1.LCMMachine 
 // time, the workers only after them, the first worker alone, the others
 // never more than 50 at once (and more than one: in batches), and the
 // helm-controller's objects appear only once a manager and a worker are
-// Ready.
+// Ready. The daemon is replaced while the workers deploy: the new one
+// carries on from what the cluster says, hands no machine its items
+// twice, and keeps to the batch.
 func TestLCMDeployOrderAndBatches(t *testing.T) {
 	const managers, workers, batch = 3, 120, 50
 	c := newClient(t)
@@ -293,9 +295,14 @@ func TestLCMDeployOrderAndBatches(t *testing.T) {
 	}
 	timeline := recordLCM(t, wc, ns)
 	startLCMAgent(t, ns)
-	startDaemon(t, nil)
+	first, _ := startDaemon(t, nil)
 	begin := time.Now()
 	createDeployment(t, c, ns, "east", lcmSpec(url, ns, gitSecret(t, c, ns)))
+	waitDeployment(t, c, ns, "east", "the workers deploying", func(cd *capstanv1.ClusterDeployment) bool {
+		return stage(cd, "WorkersDeployed").State == capstanv1.StageInProgress
+	})
+	stopDaemon(first)
+	startDaemon(t, nil)
 	cd := waitDeployment(t, c, ns, "east", "Ready", isReady)
 	t.Logf("%d managers and %d workers deployed in %s", managers, workers, time.Since(begin).Round(time.Millisecond))
 	for _, st := range cd.Status.Stages {
@@ -360,6 +367,19 @@ func TestLCMDeployOrderAndBatches(t *testing.T) {
 	t.Logf("at most %d workers were in Deploy at once (batch %d)", maxWorkers, batch)
 	if n := count(lcmv1.MachineTypeManager, lcmv1.MachineStateReady) + count(lcmv1.MachineTypeWorker, lcmv1.MachineStateReady); n != managers+workers {
 		t.Errorf("%d machines Ready at the end of the timeline, want %d", n, managers+workers)
+	}
+
+	// Each machine's spec changed twice (prepare items, then all items) and
+	// its agent ran each item once.
+	for _, m := range listMachines(t, c, ns) {
+		if m.Generation != 3 {
+			t.Errorf("%s is at generation %d, want 3: created, prepare items, all items", m.Name, m.Generation)
+		}
+		for _, r := range m.Status.StateItemResults {
+			if r.Attempts != 1 || r.State != lcmv1.StateItemSucceeded {
+				t.Errorf("%s: %s %s after %d attempts, want Succeeded after 1", m.Name, r.Name, r.State, r.Attempts)
+			}
+		}
 	}
 
 	// The rollout reports on the LCMCluster.
