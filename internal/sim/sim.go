@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -257,16 +258,20 @@ func (s *Simulator) served(gvk schema.GroupVersionKind) bool {
 // them queues its namespace for a pass.
 func (s *Simulator) watch(ctx context.Context) error {
 	var errs []error
+	var missing []string
 	for _, gvk := range watchedKinds {
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(gvk)
 		inf, err := s.cache.GetInformer(ctx, u, cache.BlockUntilSynced(false))
-		if err != nil && optionalKinds[gvk] && meta.IsNoMatchError(err) {
+		switch {
+		case err != nil && meta.IsNoMatchError(err) && optionalKinds[gvk]:
 			s.log.Info("kind not served, not simulated", "kind", gvk.GroupKind().String())
 			continue
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("watch %s (is its CRD installed?): %w", gvk.GroupKind(), err))
+		case err != nil && meta.IsNoMatchError(err):
+			missing = append(missing, gvk.Kind+"."+gvk.Group+"/"+gvk.Version)
+			continue
+		case err != nil:
+			errs = append(errs, fmt.Errorf("watch %s: %w", gvk.GroupKind(), err))
 			continue
 		}
 		s.mu.Lock()
@@ -280,6 +285,10 @@ func (s *Simulator) watch(ctx context.Context) error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("watch %s: %w", gvk.GroupKind(), err))
 		}
+	}
+	if len(missing) > 0 {
+		errs = append(errs, fmt.Errorf("the API server does not serve %s: install the CRDs of Cluster API v1.14 and CAPM3 v1.13 (testenv.ProviderCRDDirs)",
+			strings.Join(missing, ", ")))
 	}
 	return errors.Join(errs...)
 }
