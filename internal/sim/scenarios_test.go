@@ -9,8 +9,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/internal/testenv"
 	"github.com/capstan-dev/capstan/stages"
 )
@@ -322,4 +324,48 @@ func assertPoolAllocations(t *testing.T, f *simFixture, want int) {
 			t.Errorf("meta data of Metal3Data %s has provisioningIP %v, want %v", d.GetName(), meta["provisioningIP"], want)
 		}
 	}
+}
+
+// testExecutorWalk lets Capstan's executor walk the capm3 plan over the
+// fixture while the simulator plays the providers: each stage is applied
+// only once the one before is ready, and each becomes ready. A second walk
+// applies every object again and finds every stage ready at once, with the
+// fields CAPM3 set on the hosts still there.
+func testExecutorWalk(t *testing.T, env *testenv.Env) {
+	c, err := client.NewWithWatch(env.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := env.CreateNamespace(t.Context(), t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &simFixture{t: t, env: env, c: c, ns: ns, objs: loadFixture(t, "testdata/cluster.yaml", ns)}
+	f.rec = record(t, c, ns, kindBareMetalHost, kindMachine, kindKubeadmControlPlane)
+	profile, err := stages.LoadProfile("capm3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := stages.BuildPlan(profile.Stages, f.objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.startSimulator(TestOptions(""))
+	e := stages.NewExecutor(c)
+	owner := stages.Owner{Name: "demo", Namespace: ns}
+	ctx := deadline(t, 3*time.Minute)
+	for walk := 1; walk <= 2; walk++ {
+		for i := range plan.Stages {
+			st := &plan.Stages[i]
+			if res := e.Run(ctx, st, owner, stages.RunOptions{}); res.State != capstanv1.StageReady {
+				t.Fatalf("walk %d: stage %s is %s: %s (%v)", walk, st.Name, res.State, res.Message, res.Err)
+			}
+		}
+	}
+	for _, h := range f.list(kindBareMetalHost) {
+		if object(h.Object, "spec", "consumerRef") == nil || str(h.Object, "spec", "image", "url") == "" {
+			t.Errorf("host %s lost CAPM3's fields to the second walk: %v", h.GetName(), h.Object["spec"])
+		}
+	}
+	assertProviderIDs(t, f, 5)
 }

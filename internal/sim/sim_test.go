@@ -57,6 +57,7 @@ func TestSimulator(t *testing.T) {
 	t.Run("FirstProvisioningFails", func(t *testing.T) { testProvisioningFailsOnce(t, env) })
 	t.Run("UpgradeReplacesMachinesOneByOne", func(t *testing.T) { testUpgrade(t, env) })
 	t.Run("ScaleDownReleasesHost", func(t *testing.T) { testScaleDown(t, env) })
+	t.Run("ExecutorWalksCAPM3Plan", func(t *testing.T) { testExecutorWalk(t, env) })
 }
 
 // simFixture is one test's namespace holding testdata/cluster.yaml, a
