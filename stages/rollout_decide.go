@@ -101,7 +101,7 @@ func planRollout(c rolloutCluster, s rolloutSettings) rolloutStep {
 			}
 		}
 	}
-	step.Done = managersDone && workersDone && len(step.Release) == 0
+	step.Done = managersDone && workersDone && len(step.Release) == 0 && len(step.HandOuts) == 0
 	return step
 }
 

@@ -326,6 +326,20 @@ func TestRolloutPlan(t *testing.T) {
 			done:     true,
 		},
 		{
+			name: "a limit met still lets a worker already at work finish its drain",
+			cluster: clusterOf(v2, fleet(lcmv1.MachineTypeWorker, 4, func(i int, m *rolloutMachine) {
+				readyAtV1(i, m)
+				switch i {
+				case 0:
+					m.given(workerV2).finished()
+				case 3:
+					m.cordoned()
+				}
+			})),
+			settings: firstWorker,
+			hand:     []string{"worker-003(drain)"},
+		},
+		{
 			name:     "an upgrade drains each deployed worker before its new items",
 			cluster:  clusterOf(v2, fleet(lcmv1.MachineTypeWorker, 3, readyAtV1)),
 			settings: deployWorkers,
