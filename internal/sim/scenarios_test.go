@@ -30,7 +30,7 @@ var (
 func testClusterReadyInSeedOrder(t *testing.T, env *testenv.Env) {
 	f := newSimFixture(t, env, nil)
 	_, events := f.startSimulator(TestOptions(""))
-	f.waitReady(deadline(t, 2*time.Minute))
+	f.waitReady(withDeadline(t, 2*time.Minute))
 	h := f.rec.history()
 
 	assertControlPlaneOneAtATime(t, h)
@@ -64,7 +64,7 @@ func testClusterReadyInSeedOrder(t *testing.T, env *testenv.Env) {
 
 // assertControlPlaneOneAtATime checks that no control-plane host started
 // provisioning while another was still provisioning.
-func assertControlPlaneOneAtATime(t *testing.T, h []change) {
+func assertControlPlaneOneAtATime(t *testing.T, h []recordedChange) {
 	t.Helper()
 	inFlight := map[string]bool{}
 	last := map[string]string{}
@@ -128,7 +128,7 @@ func assertProviderIDs(t *testing.T, f *simFixture, want int) {
 
 // firstRV is the revision of the first recorded change of kind for which
 // match holds, 0 if none.
-func firstRV(h []change, kind string, match func(*unstructured.Unstructured) bool) int64 {
+func firstRV(h []recordedChange, kind string, match func(*unstructured.Unstructured) bool) int64 {
 	for _, c := range h {
 		if c.kind == kind && !c.deleted && match(c.obj) {
 			return c.rv
@@ -145,7 +145,7 @@ func testStuckHost(t *testing.T, env *testenv.Env) {
 	opts := TestOptions("")
 	opts.Faults = map[string]Fault{"node-4": FaultStuckProvisioning}
 	s, _ := f.startSimulator(opts)
-	ctx := deadline(t, 2*time.Minute)
+	ctx := withDeadline(t, 2*time.Minute)
 	f.waitFor(ctx, kindMachineDeployment, "demo-workers", "one worker ready", func(o *unstructured.Unstructured) bool {
 		n, _ := integer(o.Object, "status", "readyReplicas")
 		return n == 1
@@ -196,7 +196,7 @@ func testProvisioningFailsOnce(t *testing.T, env *testenv.Env) {
 	opts := TestOptions("")
 	opts.Faults = map[string]Fault{"node-1": FaultProvisionFailsOnce}
 	f.startSimulator(opts)
-	f.waitReady(deadline(t, 2*time.Minute))
+	f.waitReady(withDeadline(t, 2*time.Minute))
 	h := f.rec.history()
 	want := []string{"registering", "inspecting", "preparing", "available", "provisioning", "provisioning(error)",
 		"deprovisioning(error)", "available", "provisioning", "provisioned"}
@@ -228,7 +228,7 @@ func testUpgrade(t *testing.T, env *testenv.Env) {
 		}
 	})
 	f.startSimulator(TestOptions(""))
-	ctx := deadline(t, 3*time.Minute)
+	ctx := withDeadline(t, 3*time.Minute)
 	f.waitReady(ctx)
 	before := map[string]bool{}
 	for _, m := range f.list(kindMachine) {
@@ -272,12 +272,12 @@ func testUpgrade(t *testing.T, env *testenv.Env) {
 func testScaleDown(t *testing.T, env *testenv.Env) {
 	f := newSimFixture(t, env, nil)
 	f.startSimulator(TestOptions(""))
-	ctx := deadline(t, 2*time.Minute)
+	ctx := withDeadline(t, 2*time.Minute)
 	f.waitReady(ctx)
 	f.patch(kindMachineDeployment, "demo-workers", `{"spec":{"replicas":1}}`)
 	f.waitReady(ctx)
 	var released []string
-	err := poll(ctx, func() (bool, error) {
+	err := pollUntil(ctx, func() (bool, error) {
 		released = released[:0]
 		for _, host := range workerHosts {
 			h := f.get(kindBareMetalHost, host)
@@ -341,7 +341,7 @@ func testExecutorWalk(t *testing.T, env *testenv.Env) {
 		t.Fatal(err)
 	}
 	f := &simFixture{t: t, env: env, c: c, ns: ns, objs: loadFixture(t, "testdata/cluster.yaml", ns)}
-	f.rec = record(t, c, ns, kindBareMetalHost, kindMachine, kindKubeadmControlPlane)
+	f.rec = recordChanges(t, c, ns, kindBareMetalHost, kindMachine, kindKubeadmControlPlane)
 	profile, err := stages.LoadProfile("capm3")
 	if err != nil {
 		t.Fatal(err)
@@ -353,7 +353,7 @@ func testExecutorWalk(t *testing.T, env *testenv.Env) {
 	f.startSimulator(TestOptions(""))
 	e := stages.NewExecutor(c)
 	owner := stages.Owner{Name: "demo", Namespace: ns}
-	ctx := deadline(t, 3*time.Minute)
+	ctx := withDeadline(t, 3*time.Minute)
 	for walk := 1; walk <= 2; walk++ {
 		for i := range plan.Stages {
 			st := &plan.Stages[i]

@@ -69,7 +69,7 @@ type simFixture struct {
 	c    client.WithWatch
 	ns   string
 	objs []*unstructured.Unstructured
-	rec  *recorder
+	rec  *changeRecorder
 }
 
 // newSimFixture creates the namespace, starts recording, and creates the
@@ -85,7 +85,7 @@ func newSimFixture(t *testing.T, env *testenv.Env, edit func(kind, name string, 
 		t.Fatal(err)
 	}
 	f := &simFixture{t: t, env: env, c: c, ns: ns}
-	f.rec = record(t, c, ns, kindBareMetalHost, kindMachine, kindKubeadmControlPlane)
+	f.rec = recordChanges(t, c, ns, kindBareMetalHost, kindMachine, kindKubeadmControlPlane)
 	f.objs = loadFixture(t, "testdata/cluster.yaml", ns)
 	for _, o := range f.objs {
 		if edit != nil {
@@ -170,7 +170,7 @@ func (f *simFixture) waitReady(ctx context.Context) {
 		f.t.Fatal(err)
 	}
 	var waiting []string
-	err = poll(ctx, func() (bool, error) {
+	err = pollUntil(ctx, func() (bool, error) {
 		waiting = waiting[:0]
 		for _, st := range plan.Stages {
 			checker, err := stages.NewChecker(st.ReadyWhen)
@@ -218,7 +218,7 @@ func (f *simFixture) list(gvk schema.GroupVersionKind) []unstructured.Unstructur
 func (f *simFixture) waitFor(ctx context.Context, gvk schema.GroupVersionKind, name, what string, cond func(*unstructured.Unstructured) bool) {
 	f.t.Helper()
 	var last *unstructured.Unstructured
-	err := poll(ctx, func() (bool, error) {
+	err := pollUntil(ctx, func() (bool, error) {
 		last = f.get(gvk, name)
 		return last != nil && cond(last), nil
 	})
@@ -243,8 +243,8 @@ func (f *simFixture) patch(gvk schema.GroupVersionKind, name, patch string) {
 	}
 }
 
-// poll calls cond every 20 ms until it holds, fails, or ctx ends.
-func poll(ctx context.Context, cond func() (bool, error)) error {
+// pollUntil calls cond every 20 ms until it holds, fails, or ctx ends.
+func pollUntil(ctx context.Context, cond func() (bool, error)) error {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -260,7 +260,7 @@ func poll(ctx context.Context, cond func() (bool, error)) error {
 	}
 }
 
-func deadline(t *testing.T, d time.Duration) context.Context {
+func withDeadline(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	t.Cleanup(cancel)
 	return ctx
@@ -288,9 +288,9 @@ func (l *eventLog) String() string {
 	return b.String()
 }
 
-// change is one version of an object a watch delivered; rv orders changes
+// recordedChange is one version of an object a watch delivered; rv orders changes
 // across kinds, since one etcd numbers every write.
-type change struct {
+type recordedChange struct {
 	rv      int64
 	kind    string
 	name    string
@@ -298,15 +298,15 @@ type change struct {
 	obj     *unstructured.Unstructured
 }
 
-// recorder keeps every change to some kinds in one namespace.
-type recorder struct {
+// changeRecorder keeps every change to some kinds in one namespace.
+type changeRecorder struct {
 	mu      sync.Mutex
-	changes []change
+	changes []recordedChange
 }
 
-func record(t *testing.T, c client.WithWatch, ns string, kinds ...schema.GroupVersionKind) *recorder {
+func recordChanges(t *testing.T, c client.WithWatch, ns string, kinds ...schema.GroupVersionKind) *changeRecorder {
 	t.Helper()
-	r := &recorder{}
+	r := &changeRecorder{}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, gvk := range kinds {
@@ -326,7 +326,7 @@ func record(t *testing.T, c client.WithWatch, ns string, kinds ...schema.GroupVe
 				}
 				rv, _ := strconv.ParseInt(u.GetResourceVersion(), 10, 64)
 				r.mu.Lock()
-				r.changes = append(r.changes, change{rv: rv, kind: gvk.Kind, name: u.GetName(), deleted: ev.Type == watch.Deleted, obj: u})
+				r.changes = append(r.changes, recordedChange{rv: rv, kind: gvk.Kind, name: u.GetName(), deleted: ev.Type == watch.Deleted, obj: u})
 				r.mu.Unlock()
 			}
 		})
@@ -336,10 +336,10 @@ func record(t *testing.T, c client.WithWatch, ns string, kinds ...schema.GroupVe
 }
 
 // history returns the recorded changes in the order etcd wrote them.
-func (r *recorder) history() []change {
+func (r *changeRecorder) history() []recordedChange {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := append([]change(nil), r.changes...)
+	out := append([]recordedChange(nil), r.changes...)
 	for i := 1; i < len(out); i++ {
 		for j := i; j > 0 && out[j].rv < out[j-1].rv; j-- {
 			out[j], out[j-1] = out[j-1], out[j]
@@ -350,7 +350,7 @@ func (r *recorder) history() []change {
 
 // hostStates returns the provisioning states a host went through, without
 // repeats.
-func hostStates(h []change, name string) []string {
+func hostStates(h []recordedChange, name string) []string {
 	var states []string
 	for _, c := range h {
 		if c.kind != kindBareMetalHost.Kind || c.name != name {

@@ -14,7 +14,7 @@ import (
 )
 
 // host is a BareMetalHost in the given state for the selection table.
-func host(name, state string, edit ...func(*unstructured.Unstructured)) *unstructured.Unstructured {
+func testHost(name, state string, edit ...func(*unstructured.Unstructured)) *unstructured.Unstructured {
 	h := newObject(kindBareMetalHost, "ns", name)
 	h.SetLabels(map[string]string{"cluster.x-k8s.io/role": "control-plane", "rack": "r1"})
 	h.Object["status"] = map[string]any{"operationalStatus": "OK", "provisioning": map[string]any{"state": state}}
@@ -24,7 +24,7 @@ func host(name, state string, edit ...func(*unstructured.Unstructured)) *unstruc
 	return h
 }
 
-func metal3Machine(hostSelector map[string]any) *unstructured.Unstructured {
+func testMetal3Machine(hostSelector map[string]any) *unstructured.Unstructured {
 	m := newObject(kindMetal3Machine, "ns", "m3m")
 	if hostSelector != nil {
 		m.Object["spec"] = map[string]any{"hostSelector": hostSelector}
@@ -44,38 +44,38 @@ func TestHostSelection(t *testing.T) {
 		want     string // "" for none
 		wantErr  string
 	}{
-		{name: "an available host is chosen", hosts: []*unstructured.Unstructured{host("a", "available")}, want: "a"},
-		{name: "a host still being inspected is not", hosts: []*unstructured.Unstructured{host("a", "inspecting")}},
-		{name: "a provisioned host is not", hosts: []*unstructured.Unstructured{host("a", "provisioned")}},
-		{name: "a host another machine claimed is not", hosts: []*unstructured.Unstructured{host("a", "available", claimed)}},
-		{name: "a host in error is not", hosts: []*unstructured.Unstructured{host("a", "available", func(h *unstructured.Unstructured) {
+		{name: "an available host is chosen", hosts: []*unstructured.Unstructured{testHost("a", "available")}, want: "a"},
+		{name: "a host still being inspected is not", hosts: []*unstructured.Unstructured{testHost("a", "inspecting")}},
+		{name: "a provisioned host is not", hosts: []*unstructured.Unstructured{testHost("a", "provisioned")}},
+		{name: "a host another machine claimed is not", hosts: []*unstructured.Unstructured{testHost("a", "available", claimed)}},
+		{name: "a host in error is not", hosts: []*unstructured.Unstructured{testHost("a", "available", func(h *unstructured.Unstructured) {
 			set(h.Object, "error", "status", "operationalStatus")
 		})}},
-		{name: "a paused host is not", hosts: []*unstructured.Unstructured{host("a", "available", func(h *unstructured.Unstructured) {
+		{name: "a paused host is not", hosts: []*unstructured.Unstructured{testHost("a", "available", func(h *unstructured.Unstructured) {
 			h.SetAnnotations(map[string]string{hostPausedAnnotation: ""})
 		})}},
-		{name: "a host of another namespace is not", hosts: []*unstructured.Unstructured{host("a", "available", func(h *unstructured.Unstructured) {
+		{name: "a host of another namespace is not", hosts: []*unstructured.Unstructured{testHost("a", "available", func(h *unstructured.Unstructured) {
 			h.SetNamespace("other")
 		})}},
-		{name: "of two free hosts the first by name", hosts: []*unstructured.Unstructured{host("b", "available"), host("a", "available")}, want: "a"},
-		{name: "matchLabels must all match", hosts: []*unstructured.Unstructured{host("a", "available")},
+		{name: "of two free hosts the first by name", hosts: []*unstructured.Unstructured{testHost("b", "available"), testHost("a", "available")}, want: "a"},
+		{name: "matchLabels must all match", hosts: []*unstructured.Unstructured{testHost("a", "available")},
 			selector: map[string]any{"matchLabels": map[string]any{"cluster.x-k8s.io/role": "worker"}}},
-		{name: "matchLabels that match choose the host", hosts: []*unstructured.Unstructured{host("a", "available")},
+		{name: "matchLabels that match choose the host", hosts: []*unstructured.Unstructured{testHost("a", "available")},
 			selector: map[string]any{"matchLabels": map[string]any{"cluster.x-k8s.io/role": "control-plane"}}, want: "a"},
-		{name: "matchExpressions use CAPM3's lower-case operators", hosts: []*unstructured.Unstructured{host("a", "available")},
+		{name: "matchExpressions use CAPM3's lower-case operators", hosts: []*unstructured.Unstructured{testHost("a", "available")},
 			selector: map[string]any{"matchExpressions": []any{
 				map[string]any{"key": "rack", "operator": "in", "values": []any{"r1", "r2"}},
 				map[string]any{"key": "cluster.x-k8s.io/role", "operator": "notin", "values": []any{"worker"}},
 			}}, want: "a"},
-		{name: "a matchExpression that fails rules the host out", hosts: []*unstructured.Unstructured{host("a", "available")},
+		{name: "a matchExpression that fails rules the host out", hosts: []*unstructured.Unstructured{testHost("a", "available")},
 			selector: map[string]any{"matchExpressions": []any{map[string]any{"key": "rack", "operator": "notin", "values": []any{"r1"}}}}},
-		{name: "an unknown operator is an error", hosts: []*unstructured.Unstructured{host("a", "available")},
+		{name: "an unknown operator is an error", hosts: []*unstructured.Unstructured{testHost("a", "available")},
 			selector: map[string]any{"matchExpressions": []any{map[string]any{"key": "rack", "operator": "near", "values": []any{"r1"}}}},
 			wantErr:  "spec.hostSelector"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := chooseHost(tc.hosts, metal3Machine(tc.selector))
+			got, err := chooseHost(tc.hosts, testMetal3Machine(tc.selector))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one about %q", err, tc.wantErr)
@@ -131,7 +131,7 @@ func TestHostConditions(t *testing.T) {
 		{"deprovisioning", "OK", "True", "False", "False"},
 	}
 	for _, tc := range cases {
-		h := host("a", tc.state, func(h *unstructured.Unstructured) { set(h.Object, tc.operational, "status", "operationalStatus") })
+		h := testHost("a", tc.state, func(h *unstructured.Unstructured) { set(h.Object, tc.operational, "status", "operationalStatus") })
 		h.SetGeneration(4)
 		setConditions(h, time.Now(), hostConditions(h)...)
 		for typ, want := range map[string]string{"Manageable": tc.manageable, "AvailableForProvisioning": tc.availableForProv, "Provisioned": tc.provisioned} {
