@@ -151,15 +151,10 @@ func (p *pass) createControlPlaneMachine(kcp, cluster, tmpl *unstructured.Unstru
 		}
 	}
 	name := p.freeChildName(kcp, kindMachine, kindMetal3Machine, kindKubeadmConfig)
-	err := p.createMachine(newMachine{
+	return p.createMachine(newMachine{
 		controller: controllerKCP, owner: kcp, name: name, cluster: cluster.GetName(), labels: labels,
-		version: str(kcp.Object, "spec", "version"), spec: spec, bootstrap: bootstrap, infraTemplate: tmpl,
+		version: str(kcp.Object, "spec", "version"), spec: spec, bootstrap: bootstrap, infraTemplate: tmpl, why: why,
 	})
-	if err != nil {
-		return err
-	}
-	p.emit(controllerKCP, kcp, "creating control-plane machine %s (%s)", name, why)
-	return nil
 }
 
 func (p *pass) controlPlaneStatus(kcp, cluster *unstructured.Unstructured) error {
@@ -201,7 +196,7 @@ func (p *pass) controlPlaneStatus(kcp, cluster *unstructured.Unstructured) error
 		condition{typ: "CertificatesAvailable", status: "True", reason: "Available"},
 		conditionIf(initialized && counts.ready == withNode, "EtcdClusterHealthy", "Healthy", "NotHealthy", "waiting for etcd members"),
 		conditionIf(initialized && counts.ready == withNode, "ControlPlaneComponentsHealthy", "Healthy", "NotHealthy", "waiting for control-plane components"),
-		conditionIf(counts.ready == counts.replicas, "MachinesReady", "Ready", "NotReady", "some machines are not ready"),
+		conditionIf(counts.ready == counts.replicas, "MachinesReady", "Ready", "NotReady", notReadyMachines(machines)),
 		conditionIf(counts.upToDate == counts.replicas, "MachinesUpToDate", "UpToDate", "NotUpToDate", "some machines are not up to date"),
 		conditionIf(counts.upToDate < counts.replicas, "RollingOut", "RollingOut", "NotRollingOut", ""),
 		conditionIf(counts.replicas < desired, "ScalingUp", "ScalingUp", "NotScalingUp", ""),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,6 +23,7 @@ type newMachine struct {
 	spec          map[string]any // further Machine spec fields from the owner's template
 	bootstrap     map[string]any // the KubeadmConfig's spec
 	infraTemplate *unstructured.Unstructured
+	why           string // for the event: "first", "2 of 3", "rollout"
 }
 
 // createMachine creates a Machine owned by its control plane or
@@ -76,7 +78,11 @@ func (p *pass) createMachine(nm newMachine) error {
 	if err := p.create(nm.controller, m3m); err != nil {
 		return err
 	}
-	p.emit(nm.controller, m, "created by %s %s at version %s", nm.owner.GetKind(), nm.owner.GetName(), nm.version)
+	why := ""
+	if nm.why != "" {
+		why = " (" + nm.why + ")"
+	}
+	p.emit(nm.controller, m, "created by %s %s at version %s%s", nm.owner.GetKind(), nm.owner.GetName(), nm.version, why)
 	return nil
 }
 
@@ -293,10 +299,10 @@ func (p *pass) machineStatus(m *unstructured.Unstructured) error {
 	upToDate := p.machineUpToDate(m)
 	setConditions(next, p.now,
 		conditionIf(bootstrapReady, "BootstrapConfigReady", "Ready", "NotReady", "KubeadmConfig has not rendered the bootstrap data yet"),
-		conditionIf(infraReady, "InfrastructureReady", "Ready", "NotReady", "Metal3Machine is not provisioned yet"),
+		conditionIf(infraReady, "InfrastructureReady", "Ready", "NotReady", p.infraWaitMessage(m3m)),
 		conditionIf(node, "NodeReady", "NodeReady", "NodeDoesNotExist", "waiting for a Node with providerID "+providerID),
 		conditionIf(node, "NodeHealthy", "NodeHealthy", "NodeDoesNotExist", "waiting for a Node with providerID "+providerID),
-		conditionIf(ready, "Ready", "Ready", "NotReady", "waiting for bootstrap data, infrastructure and node"),
+		conditionIf(ready, "Ready", "Ready", "NotReady", machineWaitMessage(bootstrapReady, infraReady, p.infraWaitMessage(m3m), providerID)),
 		conditionIf(ready, "Available", "Available", "NotAvailable", "the machine is not ready"),
 		conditionIf(upToDate, "UpToDate", "UpToDate", "NotUpToDate", "the owner's spec changed; the machine will be replaced"),
 		condition{typ: "Deleting", status: "False", reason: "NotDeleting"},
@@ -428,4 +434,68 @@ func (c machineCounts) write(obj *unstructured.Unstructured) {
 	set(obj.Object, c.ready, "status", "readyReplicas")
 	set(obj.Object, c.available, "status", "availableReplicas")
 	set(obj.Object, c.upToDate, "status", "upToDateReplicas")
+}
+
+// infraWaitMessage says what a machine's infrastructure waits for, naming
+// the BareMetalHost as CAPM3's conditions do, so that a stage held up by
+// one host says which.
+func (p *pass) infraWaitMessage(m3m *unstructured.Unstructured) string {
+	if m3m == nil {
+		return "Metal3Machine does not exist yet"
+	}
+	host := p.hostOf(m3m)
+	if host == nil {
+		return fmt.Sprintf("Metal3Machine %s is waiting for an available BareMetalHost", m3m.GetName())
+	}
+	state := str(host.Object, "status", "provisioning", "state")
+	if state == "" {
+		state = "registering"
+	}
+	msg := fmt.Sprintf("BareMetalHost %s/%s is %s", host.GetNamespace(), host.GetName(), state)
+	if e := str(host.Object, "status", "errorMessage"); e != "" {
+		msg += ": " + e
+	}
+	return msg
+}
+
+// machineWaitMessage is the Ready condition's message of a machine that
+// is not ready: the first thing it waits for.
+func machineWaitMessage(bootstrapReady, infraReady bool, infra, providerID string) string {
+	switch {
+	case !bootstrapReady:
+		return "waiting for the bootstrap data"
+	case !infraReady:
+		return infra
+	default:
+		return "waiting for a Node with providerID " + providerID
+	}
+}
+
+// notReadyMachines aggregates the Ready messages of machines that are not
+// ready, the way Cluster API's MachinesReady conditions do:
+// "* Machine <name>: <message>", one line each, at most three.
+func notReadyMachines(machines []*unstructured.Unstructured) string {
+	var lines []string
+	more := 0
+	for _, m := range machines {
+		if conditionTrue(m, "Ready") {
+			continue
+		}
+		if len(lines) == 3 {
+			more++
+			continue
+		}
+		msg := conditionMessage(m, "Ready")
+		if msg == "" {
+			msg = "not ready"
+		}
+		lines = append(lines, fmt.Sprintf("* Machine %s: %s", m.GetName(), msg))
+	}
+	if more > 0 {
+		lines = append(lines, fmt.Sprintf("* and %d more machines not ready", more))
+	}
+	if len(lines) == 0 {
+		return "some machines are not ready"
+	}
+	return strings.Join(lines, "\n")
 }
