@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -11,8 +12,9 @@ import (
 // owner that is gone: the finalizers of the real controllers, and the
 // garbage collector where kube-controller-manager does not run. A host
 // is always given back before its Metal3Machine goes. Nothing of a paused
-// or missing Cluster is touched: during a pivot, objects arrive in the
-// target before their owners.
+// Cluster is touched, and of a missing Cluster only what the simulator
+// created itself: during a pivot, objects arrive in the target before
+// their owners.
 func (p *pass) collectOrphans() error {
 	var errs []error
 	gone := func(obj *unstructured.Unstructured, owner schema.GroupVersionKind) bool {
@@ -20,8 +22,10 @@ func (p *pass) collectOrphans() error {
 		if ref == nil || ref.Kind != owner.Kind || p.w.byUID(owner, ref.UID) != nil {
 			return false
 		}
-		c := p.w.get(kindCluster, obj.GetLabels()[clusterNameLabel])
-		return c != nil && !clusterPaused(c)
+		if c := p.w.get(kindCluster, obj.GetLabels()[clusterNameLabel]); c != nil {
+			return !clusterPaused(c)
+		}
+		return createdBySimulator(obj)
 	}
 	for _, ms := range p.w.list(kindMachineSet) {
 		if gone(ms, kindMachineDeployment) {
@@ -60,4 +64,15 @@ func (p *pass) collectOrphans() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// createdBySimulator reports whether one of the simulated controllers
+// created obj (wrote its main resource, not only its status).
+func createdBySimulator(obj *unstructured.Unstructured) bool {
+	for _, f := range obj.GetManagedFields() {
+		if strings.HasPrefix(f.Manager, fieldManager("")) && f.Operation == "Update" && f.Subresource == "" {
+			return true
+		}
+	}
+	return false
 }

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -368,4 +369,43 @@ func testExecutorWalk(t *testing.T, env *testenv.Env) {
 		}
 	}
 	assertProviderIDs(t, f, 5)
+}
+
+// testClusterDeletion deletes the cluster's objects as a prune would,
+// without a garbage collector: every machine the simulator created goes,
+// and every host is deprovisioned back to available, free for the next
+// cluster.
+func testClusterDeletion(t *testing.T, env *testenv.Env) {
+	f := newSimFixture(t, env, nil)
+	f.startSimulator(TestOptions(""))
+	ctx := withDeadline(t, 2*time.Minute)
+	f.waitReady(ctx)
+	for _, o := range f.objs {
+		switch o.GetKind() {
+		case "Cluster", "Metal3Cluster", "KubeadmControlPlane", "MachineDeployment":
+			if err := f.c.Delete(ctx, o.DeepCopy()); err != nil {
+				t.Fatalf("delete %s %s: %v", o.GetKind(), o.GetName(), err)
+			}
+		}
+	}
+	err := pollUntil(ctx, func() (bool, error) {
+		if len(f.list(kindMachine)) > 0 || len(f.list(kindMetal3Machine)) > 0 || len(f.list(kindMachineSet)) > 0 {
+			return false, nil
+		}
+		for _, h := range f.list(kindBareMetalHost) {
+			if str(h.Object, "status", "provisioning", "state") != hostAvailable || object(h.Object, "spec", "consumerRef") != nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("cluster objects left behind: %d Machines, %d Metal3Machines, %d MachineSets: %v",
+			len(f.list(kindMachine)), len(f.list(kindMetal3Machine)), len(f.list(kindMachineSet)), err)
+	}
+	for _, k := range []schema.GroupVersionKind{kindKubeadmConfig, kindMetal3DataClaim, kindMetal3Data, kindIPClaim, kindIPAddress} {
+		if n := len(f.list(k)); n > 0 {
+			t.Errorf("%d %s left behind", n, k.Kind)
+		}
+	}
 }

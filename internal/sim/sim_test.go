@@ -58,6 +58,7 @@ func TestSimulator(t *testing.T) {
 	t.Run("UpgradeReplacesMachinesOneByOne", func(t *testing.T) { testUpgrade(t, env) })
 	t.Run("ScaleDownReleasesHost", func(t *testing.T) { testScaleDown(t, env) })
 	t.Run("ExecutorWalksCAPM3Plan", func(t *testing.T) { testExecutorWalk(t, env) })
+	t.Run("ClusterDeletionFreesHosts", func(t *testing.T) { testClusterDeletion(t, env) })
 }
 
 // simFixture is one test's namespace holding testdata/cluster.yaml, a
