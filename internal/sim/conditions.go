@@ -89,3 +89,16 @@ func conditionStatus(obj *unstructured.Unstructured, typ string) string {
 func conditionTrue(obj *unstructured.Unstructured, typ string) bool {
 	return conditionStatus(obj, typ) == "True"
 }
+
+// conditionMessage returns the message of condition typ on obj, "" when
+// it is not set.
+func conditionMessage(obj *unstructured.Unstructured, typ string) string {
+	list, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, e := range list {
+		if m, ok := e.(map[string]any); ok && m["type"] == typ {
+			s, _ := m["message"].(string)
+			return s
+		}
+	}
+	return ""
+}

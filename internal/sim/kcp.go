@@ -68,7 +68,7 @@ func (p *pass) scaleControlPlane(kcp, cluster *unstructured.Unstructured) error 
 			return nil // one machine at a time: wait for this one
 		}
 	}
-	desired := int64(desiredReplicas(kcp))
+	desired := desiredReplicas(kcp)
 	n := int64(len(machines))
 	initialized := flag(kcp.Object, "status", "initialization", "controlPlaneInitialized")
 	var outdated []*unstructured.Unstructured

@@ -292,7 +292,7 @@ func (p *pass) machineSetStatus(ms *unstructured.Unstructured) error {
 		unset(next.Object, "status", "versions")
 	}
 	desired, _ := integer(ms.Object, "spec", "replicas")
-	setConditions(next, p.now, replicaConditions(counts, desired)...)
+	setConditions(next, p.now, replicaConditions(counts, desired, machines)...)
 	_, err := p.updateStatus(controllerCAPI, ms, next)
 	return err
 }
@@ -329,7 +329,7 @@ func (p *pass) deploymentStatus(md *unstructured.Unstructured) error {
 		phase = "ScalingDown"
 	}
 	set(next.Object, phase, "status", "phase")
-	conds := append(replicaConditions(counts, desired),
+	conds := append(replicaConditions(counts, desired, machines),
 		conditionIf(available, "Available", "Available", "NotAvailable",
 			fmt.Sprintf("%d available replicas, at least %d required", counts.available, desired-unavailable)),
 		conditionIf(len(sets) > 1, "RollingOut", "RollingOut", "NotRollingOut", ""))
@@ -346,9 +346,9 @@ func (p *pass) deploymentStatus(md *unstructured.Unstructured) error {
 
 // replicaConditions are the conditions a MachineSet or MachineDeployment
 // derives from its machines.
-func replicaConditions(c machineCounts, desired int64) []condition {
+func replicaConditions(c machineCounts, desired int64, machines []*unstructured.Unstructured) []condition {
 	return []condition{
-		conditionIf(c.ready == c.replicas, "MachinesReady", "Ready", "NotReady", "some machines are not ready"),
+		conditionIf(c.ready == c.replicas, "MachinesReady", "Ready", "NotReady", notReadyMachines(machines)),
 		conditionIf(c.upToDate == c.replicas, "MachinesUpToDate", "UpToDate", "NotUpToDate", "some machines are not up to date"),
 		conditionIf(c.replicas < desired, "ScalingUp", "ScalingUp", "NotScalingUp", ""),
 		conditionIf(c.replicas > desired, "ScalingDown", "ScalingDown", "NotScalingDown", ""),
