@@ -195,7 +195,7 @@ func (o Options) validate() error {
 // Run simulates the controllers until ctx ends, and returns nil then. It
 // fails at once when a kind it plays is not served (a CRD is missing).
 // A Simulator runs once.
-func (s *Simulator) Run(ctx context.Context) error {
+func (s *Simulator) Run(parent context.Context) error {
 	s.mu.Lock()
 	if s.started {
 		s.mu.Unlock()
@@ -205,7 +205,7 @@ func (s *Simulator) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	defer s.queue.ShutDown()
 
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	// The informers log through the context's logger.
 	ctx = logr.NewContext(ctx, s.log.V(1).WithName("informers"))
@@ -219,11 +219,11 @@ func (s *Simulator) Run(ctx context.Context) error {
 	}
 	if !s.cache.WaitForCacheSync(ctx) {
 		cancel()
-		<-cacheDone
-		if ctx.Err() != nil {
+		err := <-cacheDone
+		if parent.Err() != nil {
 			return nil
 		}
-		return errors.New("run simulator: caches did not sync")
+		return fmt.Errorf("run simulator: caches did not sync: %w", err)
 	}
 	s.log.Info("simulator started", "namespace", s.opts.Namespace, "delays", s.delays)
 
