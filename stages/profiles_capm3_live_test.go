@@ -263,6 +263,14 @@ func TestCAPM3StagesInOrder(t *testing.T) {
 		if res := e.ApplyStage(ctx, stage, owner); res.State == capstanv1.StageFailed {
 			t.Fatalf("apply %s: %v", stage.Name, res.Err)
 		}
+		if stage.Action == capstanv1.StageActionValidate {
+			// Preflight acts in ApplyStage (above) and waits on nothing.
+			if res := e.WaitStage(ctx, stage, owner); res.State != capstanv1.StageReady {
+				t.Fatalf("%s = %s (%q), want %s", stage.Name, res.State, res.Message, capstanv1.StageReady)
+			}
+			walked = append(walked, stage.Name)
+			continue
+		}
 		// Before the providers act, the stage is waiting, and says on what.
 		short, cancel := context.WithTimeout(ctx, 2*time.Second)
 		res := e.WaitStage(short, stage, owner)
@@ -280,7 +288,7 @@ func TestCAPM3StagesInOrder(t *testing.T) {
 		}
 		walked = append(walked, stage.Name)
 	}
-	if got := strings.Join(walked, " "); got != "HostsRegistered InfrastructureReady ControlPlaneInitialized ControlPlaneReady WorkersReady ClusterReady" {
+	if got := strings.Join(walked, " "); got != "Preflight HostsRegistered InfrastructureReady ControlPlaneInitialized ControlPlaneReady WorkersReady ClusterReady" {
 		t.Errorf("walked %s", got)
 	}
 
