@@ -176,11 +176,45 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 		return nil
 	}
 	p.step("still running: push to the repository (or edit --dir) and watch it roll out; Ctrl-C stops")
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-errc:
-		return err
+	return keepFollowing(ctx, c, p, f.cluster, cd, errc)
+}
+
+// keepFollowing prints every later revision's walk through the stages:
+// the revision, each stage transition, and Ready again (or Stalled, with
+// why), until ctx ends or a component stops.
+func keepFollowing(ctx context.Context, c client.Client, p *devPrinter, name string, ready *capstanv1.ClusterDeployment, errc <-chan error) error {
+	rev, gen := ready.Status.Revision, ready.Generation
+	seen := map[string]string{}
+	announced := true // the Ready state of rev, gen is already printed
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			return err
+		case <-tick.C:
+		}
+		cd := &capstanv1.ClusterDeployment{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: devNamespace, Name: name}, cd); err != nil {
+			continue
+		}
+		if cd.Status.Revision != rev || cd.Generation != gen {
+			rev, gen, announced = cd.Status.Revision, cd.Generation, false
+			clear(seen)
+			p.step("new revision %s: walking the stages again", shortRevision(rev))
+		}
+		p.transitions(cd, seen)
+		switch stalled := devCondition(cd, capstanv1.ConditionStalled); {
+		case announced:
+		case isDeploymentReady(cd) && cd.Status.Revision == rev:
+			announced = true
+			p.step("%s is Ready at %s", name, shortRevision(rev))
+		case stalled != nil && stalled.Status == metav1.ConditionTrue:
+			announced = true
+			p.step("%s stalled at %s: %s", name, shortRevision(rev), stalled.Message)
+		}
 	}
 }
 
