@@ -33,7 +33,7 @@ func TestExamplesRender(t *testing.T) {
 	}
 
 	want := map[string]string{ // stage -> its objects' count in mgmt
-		"Preflight":               "3", // checks the network ConfigMap, the Cluster and the IPPool
+		"Preflight":               "3",  // checks the network ConfigMap, the Cluster and the IPPool
 		"HostsRegistered":         "12", // namespace, network ConfigMap, 5 hosts and 5 BMC Secrets
 		"InfrastructureReady":     "3",
 		"ControlPlaneInitialized": "5",
