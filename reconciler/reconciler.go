@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -213,12 +216,71 @@ func (r *Reconciler) renderObjects(ctx context.Context, a *attempt) (bool, error
 	opts := render.DefaultOptions()
 	opts.Path = a.cd.Spec.Path
 	opts.Substitute = a.cd.Spec.Substitute
+	bootstrapKey, err := r.bootstrapKey(ctx, a.cd)
+	if err != nil {
+		return false, err
+	}
+	if bootstrapKey != "" {
+		opts.Substitute = maps.Clone(opts.Substitute)
+		if opts.Substitute == nil {
+			opts.Substitute = map[string]string{}
+		}
+		opts.Substitute[stages.BootstrapKeyVar] = bootstrapKey
+	}
 	objs, err := render.Build(ctx, a.artifact.FS, opts)
 	if err != nil {
 		return false, stages.Stalled(fmt.Errorf("render %s at %s: %w", a.cd.Spec.Path, a.revision, err))
 	}
+	if bootstrapKey != "" && !anyHolds(objs, bootstrapKey) {
+		return false, stages.Stalled(fmt.Errorf("render %s at %s: no object carries the bootstrap SSH key; "+
+			"this plan always adds it to the cluster: put ${%s} in the machines' authorized keys "+
+			"(e.g. KubeadmControlPlane spec.kubeadmConfigSpec.users[].sshAuthorizedKeys, or sshAuthorizedKeys of the network ConfigMap)",
+			a.cd.Spec.Path, a.revision, stages.BootstrapKeyVar))
+	}
 	a.objects = objs
 	return false, nil
+}
+
+// bootstrapKey returns the public bootstrap SSH key when the deployment's
+// plan has a stage that hands it to the cluster, creating the key the first
+// time; "" otherwise.
+func (r *Reconciler) bootstrapKey(ctx context.Context, cd *capstanv1.ClusterDeployment) (string, error) {
+	specs, err := stages.StageSpecs(cd.Spec)
+	if err != nil || !slices.ContainsFunc(specs, func(s capstanv1.StageSpec) bool { return s.BootstrapKey != nil }) {
+		return "", nil // a bad plan is reported by buildPlan
+	}
+	return r.executor.EnsureBootstrapKey(ctx, cd.Namespace)
+}
+
+// anyHolds reports whether some object contains s in one of its string
+// fields.
+func anyHolds(objs []*unstructured.Unstructured, s string) bool {
+	var holds func(v any) bool
+	holds = func(v any) bool {
+		switch v := v.(type) {
+		case string:
+			return strings.Contains(v, s)
+		case map[string]any:
+			for _, e := range v {
+				if holds(e) {
+					return true
+				}
+			}
+		case []any:
+			for _, e := range v {
+				if holds(e) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for _, obj := range objs {
+		if holds(obj.Object) {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *Reconciler) buildPlan(_ context.Context, a *attempt) (bool, error) {

@@ -119,6 +119,11 @@ func (e *Executor) ApplyStage(ctx context.Context, stage *Stage, owner Owner) Re
 		if err != nil {
 			return failed(res, err)
 		}
+		if stage.BootstrapKey != nil {
+			if err := e.copyBootstrapKey(ctx, stage, owner); err != nil {
+				return failed(res, err)
+			}
+		}
 		res.Applied = true
 	case capstanv1.StageActionWait, capstanv1.StageActionRollout:
 	case capstanv1.StageActionValidate:

@@ -227,10 +227,31 @@ type StageSpec struct {
 	// +optional
 	Scale *ScaleSpec `json:"scale,omitempty"`
 
+	// BootstrapKey, on an apply stage, gives the cluster Capstan's
+	// bootstrap SSH key (seed 000's ClusterSSHConfigured): the key is
+	// generated once into the Secret capstan-bootstrap-key of the
+	// deployment's namespace, its public half is offered to the overlay as
+	// ${CAPSTAN_BOOTSTRAP_SSH_KEY} (which some rendered object must use),
+	// and the stage copies the key to the Secret bootstrap-key-<cluster>.
+	// +optional
+	BootstrapKey *BootstrapKeySpec `json:"bootstrapKey,omitempty"`
+
 	// Rollout configures a rollout stage (LCM machines in order and in
 	// batches).
 	// +optional
 	Rollout *RolloutSpec `json:"rollout,omitempty"`
+}
+
+// BootstrapKeySpec says where a stage copies the bootstrap SSH key.
+type BootstrapKeySpec struct {
+	// ClusterName names the copy, bootstrap-key-<clusterName>. Defaults to
+	// the ClusterDeployment's name.
+	// +optional
+	ClusterName string `json:"clusterName,omitempty"`
+
+	// Namespace of the copy. Defaults to the ClusterDeployment's namespace.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // ScaleSpec is what a scale stage does to the workloads it selects.

@@ -1,0 +1,119 @@
+package stages
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/pem"
+	"fmt"
+	"strings"
+
+	"golang.org/x/crypto/ssh"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+const (
+	// BootstrapKeySecret holds Capstan's bootstrap SSH key in a
+	// deployment's namespace. It is generated once and never rewritten.
+	BootstrapKeySecret = "capstan-bootstrap-key"
+	// BootstrapKeyVar is the substitution variable that carries the
+	// bootstrap key's public half into the overlay.
+	BootstrapKeyVar = "CAPSTAN_BOOTSTRAP_SSH_KEY"
+	// BootstrapKeyCopyPrefix names a cluster's copy of the key:
+	// bootstrap-key-<cluster>.
+	BootstrapKeyCopyPrefix = "bootstrap-key-"
+)
+
+// EnsureBootstrapKey returns the public half (an authorized_keys line) of
+// the bootstrap SSH key of namespace, generating the key (ed25519) the
+// first time. The private half stays in the Secret: it is never returned,
+// logged or written anywhere else but a cluster's copy.
+func (e *Executor) EnsureBootstrapKey(ctx context.Context, namespace string) (string, error) {
+	secret := &corev1.Secret{}
+	err := e.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: BootstrapKeySecret}, secret)
+	if apierrors.IsNotFound(err) {
+		secret, err = newBootstrapKey(namespace)
+		if err != nil {
+			return "", err
+		}
+		if err = e.client.Create(ctx, secret); apierrors.IsAlreadyExists(err) {
+			// Another daemon made it first; use theirs.
+			err = e.client.Get(ctx, client.ObjectKeyFromObject(secret), secret)
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("bootstrap key Secret %s/%s: %w", namespace, BootstrapKeySecret, err)
+	}
+	public := strings.TrimSpace(string(secret.Data["ssh-publickey"]))
+	if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(public)); err != nil {
+		return "", Stalled(fmt.Errorf("bootstrap key Secret %s/%s: data.ssh-publickey is not an SSH public key (%v); delete the Secret to have a new key generated",
+			namespace, BootstrapKeySecret, err))
+	}
+	return public, nil
+}
+
+func newBootstrapKey(namespace string) (*corev1.Secret, error) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate the bootstrap key: %w", err)
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "capstan-bootstrap")
+	if err != nil {
+		return nil, fmt.Errorf("encode the bootstrap key: %w", err)
+	}
+	sshPub, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		return nil, fmt.Errorf("encode the bootstrap key: %w", err)
+	}
+	public := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub))) + " capstan-bootstrap"
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: BootstrapKeySecret, Namespace: namespace,
+			Labels: map[string]string{OwnerGroup + "/component": "bootstrap-key"}},
+		Type: corev1.SecretTypeSSHAuth,
+		Data: map[string][]byte{
+			corev1.SSHAuthPrivateKey: pem.EncodeToMemory(block),
+			"ssh-publickey":          []byte(public + "\n"),
+		},
+	}, nil
+}
+
+// copyBootstrapKey applies the cluster's copy of the bootstrap key,
+// bootstrap-key-<cluster>, which moves with the cluster's objects so that
+// the cluster can reach its machines' agents once it manages itself.
+func (e *Executor) copyBootstrapKey(ctx context.Context, stage *Stage, owner Owner) error {
+	spec := stage.BootstrapKey
+	cluster, namespace := spec.ClusterName, spec.Namespace
+	if cluster == "" {
+		cluster = owner.Name
+	}
+	if namespace == "" {
+		namespace = owner.Namespace
+	}
+	key := &corev1.Secret{}
+	if err := e.client.Get(ctx, client.ObjectKey{Namespace: owner.Namespace, Name: BootstrapKeySecret}, key); err != nil {
+		return fmt.Errorf("stage %s: read the bootstrap key: %w", stage.Name, err)
+	}
+	copied := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1",
+		"kind":       "Secret",
+		"metadata": map[string]any{
+			"name":      BootstrapKeyCopyPrefix + cluster,
+			"namespace": namespace,
+			"labels":    map[string]any{OwnerGroup + "/component": "bootstrap-key", "cluster.x-k8s.io/cluster-name": cluster},
+		},
+		"type": string(corev1.SecretTypeSSHAuth),
+		"data": map[string]any{
+			corev1.SSHAuthPrivateKey: base64.StdEncoding.EncodeToString(key.Data[corev1.SSHAuthPrivateKey]),
+			"ssh-publickey":          base64.StdEncoding.EncodeToString(key.Data["ssh-publickey"]),
+		},
+	}}
+	if _, err := e.Apply(ctx, []*unstructured.Unstructured{copied}, stage.Name, owner); err != nil {
+		return fmt.Errorf("stage %s: copy the bootstrap key to Secret %s/%s: %w", stage.Name, namespace, copied.GetName(), err)
+	}
+	return nil
+}
