@@ -376,6 +376,10 @@ func named(what string, err error) error {
 type devPrinter struct {
 	out   io.Writer
 	begin time.Time
+	// started and took are what the printer saw of each stage: status
+	// times have whole seconds, too coarse for stages of a second or two.
+	started map[string]time.Time
+	took    map[string]time.Duration
 }
 
 func (p *devPrinter) stamp() string {
@@ -399,13 +403,17 @@ func (p *devPrinter) transitions(cd *capstanv1.ClusterDeployment, seen map[strin
 			continue
 		}
 		seen[st.Name] = key
+		if p.started == nil {
+			p.started, p.took = map[string]time.Time{}, map[string]time.Duration{}
+		}
+		if _, ok := p.started[st.Name]; !ok {
+			p.started[st.Name] = time.Now()
+		}
 		switch st.State {
 		case capstanv1.StageReady:
-			took := ""
-			if st.StartedAt != nil && st.FinishedAt != nil {
-				took = " in " + st.FinishedAt.Sub(st.StartedAt.Time).Round(100*time.Millisecond).String()
-			}
-			fmt.Fprintf(p.out, "%s   ✓ %-24s ready%s\n", p.stamp(), st.Name, took)
+			p.took[st.Name] = time.Since(p.started[st.Name])
+			delete(p.started, st.Name)
+			fmt.Fprintf(p.out, "%s   ✓ %-24s ready in %s\n", p.stamp(), st.Name, p.took[st.Name].Round(100*time.Millisecond))
 		default:
 			msg := oneLine(strings.TrimSpace(st.Message))
 			if msg == "" {
@@ -416,15 +424,13 @@ func (p *devPrinter) transitions(cd *capstanv1.ClusterDeployment, seen map[strin
 	}
 }
 
-// summary prints each stage's duration once the deployment is Ready.
+// summary prints each stage's duration, as the printer saw it (to 0.2 s),
+// once the deployment is Ready.
 func (p *devPrinter) summary(cd *capstanv1.ClusterDeployment) {
 	fmt.Fprintf(p.out, "\n  %-24s %10s %9s\n", "STAGE", "DURATION", "ATTEMPTS")
 	var total time.Duration
 	for _, st := range cd.Status.Stages {
-		var took time.Duration
-		if st.StartedAt != nil && st.FinishedAt != nil {
-			took = st.FinishedAt.Sub(st.StartedAt.Time)
-		}
+		took := p.took[st.Name]
 		total += took
 		fmt.Fprintf(p.out, "  %-24s %10s %9d\n", st.Name, took.Round(100*time.Millisecond), st.Attempts)
 	}
