@@ -43,13 +43,13 @@ func TestDevExitsWhenTheExampleIsReady(t *testing.T) {
 	text := string(out)
 	at := 0
 	for _, s := range profile.Stages {
-		i := strings.Index(text[at:], "✓ "+s.Name)
+		i := strings.Index(text[at:], "✓ mgmt "+s.Name)
 		if i < 0 {
 			t.Fatalf("output does not show %s becoming ready after the stages before it:\n%s", s.Name, out)
 		}
 		at += i
 	}
-	for _, want := range []string{"STAGE", "DURATION", "mgmt is Ready"} {
+	for _, want := range []string{"MGMT STAGE", "DURATION", "mgmt is Ready", "mgmt-lcm is Ready", "mgmt, mgmt-lcm Ready"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -158,7 +158,7 @@ func TestDevDirShowsAnEditWithinASecond(t *testing.T) {
 			}
 		}
 	}
-	waitLine("Ready", func(l string) bool { return strings.Contains(l, "mgmt is Ready") })
+	waitLine("every deployment Ready", func(l string) bool { return strings.Contains(l, "after start") })
 
 	hosts := filepath.Join(dir, "clusters", "mgmt", "overlay", "hosts.yaml")
 	content, err := os.ReadFile(hosts)

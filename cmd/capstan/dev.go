@@ -9,8 +9,10 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -70,7 +72,7 @@ Run it from a checkout of the Capstan repository.`,
 	fs := cmd.Flags()
 	fs.StringVar(&f.dir, "dir", "", "read this directory in place (fsnotify) instead of a git repository of examples/")
 	fs.StringVar(&f.path, "path", "clusters/mgmt", "path holding the ClusterDeployments to run, in the repository or --dir")
-	fs.StringVar(&f.cluster, "cluster", "mgmt", "the ClusterDeployment whose stages are shown and waited for")
+	fs.StringVar(&f.cluster, "cluster", "", "the one ClusterDeployment whose stages are shown and waited for (default: every one under --path)")
 	fs.BoolVar(&f.exitWhenReady, "exit-when-ready", false, "exit 0 once the cluster is Ready; non-zero with the stuck stage's message if it stalls or --timeout passes")
 	fs.DurationVar(&f.timeout, "timeout", 15*time.Minute, "with --exit-when-ready, how long to wait for Ready (not counting the first build of the control plane)")
 	fs.BoolVar(&f.verbose, "verbose", false, "also print what the simulator does and the daemon's logs")
@@ -140,7 +142,11 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	if err != nil {
 		return err
 	}
-	agent := sim.NewLCMAgent(watcher, sim.DefaultLCMOptions())
+	lcmOpts := sim.DefaultLCMOptions()
+	// A StateItem takes about a second at demo pace, so that the rollout's
+	// order (managers one by one, then workers) can be watched.
+	lcmOpts.ItemDelay = time.Duration(float64(time.Second) / max(f.simSpeed, 0.001))
+	agent := sim.NewLCMAgent(watcher, lcmOpts)
 
 	opts := reconciler.DefaultOptions()
 	opts.Config = env.Config
@@ -158,7 +164,11 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	go func() { errc <- named("simulator", simulator.Run(runCtx)) }()
 	go func() { errc <- named("LCM agent simulator", agent.Run(runCtx)) }()
 	go func() { errc <- named("reconciler", d.Run(runCtx)) }()
-	p.step("simulator and reconciler running; waiting for ClusterDeployment %s/%s", devNamespace, f.cluster)
+	if f.cluster != "" {
+		p.step("simulator and reconciler running; waiting for ClusterDeployment %s/%s", devNamespace, f.cluster)
+	} else {
+		p.step("simulator and reconciler running; waiting for every ClusterDeployment under %s", f.path)
+	}
 
 	watchCtx := runCtx
 	if f.exitWhenReady && f.timeout > 0 {
@@ -166,56 +176,16 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 		watchCtx, cancel = context.WithDeadline(runCtx, ready.Add(f.timeout))
 		defer cancel()
 	}
-	cd, err := followDeployment(watchCtx, c, p, f.cluster, errc)
-	if err != nil {
+	w := &devWatch{c: c, p: p, only: f.cluster, errc: errc}
+	if err := w.untilReady(watchCtx); err != nil {
 		return err
 	}
-	p.summary(cd)
-	p.step("%s is Ready, %s after start", f.cluster, time.Since(begin).Round(100*time.Millisecond))
+	p.step("%s Ready, %s after start", w.names(), time.Since(begin).Round(100*time.Millisecond))
 	if f.exitWhenReady {
 		return nil
 	}
 	p.step("still running: push to the repository (or edit --dir) and watch it roll out; Ctrl-C stops")
-	return keepFollowing(ctx, c, p, f.cluster, cd, errc)
-}
-
-// keepFollowing prints every later revision's walk through the stages:
-// the revision, each stage transition, and Ready again (or Stalled, with
-// why), until ctx ends or a component stops.
-func keepFollowing(ctx context.Context, c client.Client, p *devPrinter, name string, ready *capstanv1.ClusterDeployment, errc <-chan error) error {
-	rev, gen := ready.Status.Revision, ready.Generation
-	seen := map[string]string{}
-	announced := true // the Ready state of rev, gen is already printed
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-errc:
-			return err
-		case <-tick.C:
-		}
-		cd := &capstanv1.ClusterDeployment{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: devNamespace, Name: name}, cd); err != nil {
-			continue
-		}
-		if cd.Status.Revision != rev || cd.Generation != gen {
-			rev, gen, announced = cd.Status.Revision, cd.Generation, false
-			clear(seen)
-			p.step("new revision %s: walking the stages again", shortRevision(rev))
-		}
-		p.transitions(cd, seen)
-		switch stalled := devCondition(cd, capstanv1.ConditionStalled); {
-		case announced:
-		case isDeploymentReady(cd) && cd.Status.Revision == rev:
-			announced = true
-			p.step("%s is Ready at %s", name, shortRevision(rev))
-		case stalled != nil && stalled.Status == metav1.ConditionTrue:
-			announced = true
-			p.step("%s stalled at %s: %s", name, shortRevision(rev), stalled.Message)
-		}
-	}
+	return w.keepFollowing(ctx)
 }
 
 // scaleDelays makes the simulated providers speed times faster.
@@ -299,54 +269,154 @@ func repoFiles(root string) ([]gitserver.File, error) {
 	return files, nil
 }
 
-// followDeployment prints every stage transition of the deployment until
-// it is Ready. It fails when the deployment stalls, a component stops, or
-// ctx ends (then with the stage it is stuck in).
-func followDeployment(ctx context.Context, c client.Client, p *devPrinter, name string, errc <-chan error) (*capstanv1.ClusterDeployment, error) {
-	seen := map[string]string{}
-	var last *capstanv1.ClusterDeployment
+// devWatch prints the stage transitions of the demo's deployments.
+type devWatch struct {
+	c    client.Client
+	p    *devPrinter
+	only string // one deployment's name, or "" for all
+	errc <-chan error
+
+	tracked map[string]*devTracked
+}
+
+// devTracked is what the watch last printed of one deployment.
+type devTracked struct {
+	seen      map[string]string // stage -> state and message printed
+	rev       string
+	gen       int64
+	announced bool // Ready or Stalled at rev, gen printed
+	ready     bool
+	last      *capstanv1.ClusterDeployment
+}
+
+func (w *devWatch) names() string {
+	names := make([]string, 0, len(w.tracked))
+	for name := range w.tracked {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+// look lists the deployments and prints what changed. It returns an error
+// when one is Stalled.
+func (w *devWatch) look(ctx context.Context) error {
+	list := &capstanv1.ClusterDeploymentList{}
+	if err := w.c.List(ctx, list, client.InNamespace(devNamespace)); err != nil {
+		return nil // the next tick tries again
+	}
+	if w.tracked == nil {
+		w.tracked = map[string]*devTracked{}
+	}
+	var stalled []string
+	for i := range list.Items {
+		cd := &list.Items[i]
+		if w.only != "" && cd.Name != w.only {
+			continue
+		}
+		t := w.tracked[cd.Name]
+		if t == nil {
+			t = &devTracked{seen: map[string]string{}, rev: cd.Status.Revision, gen: cd.Generation}
+			w.tracked[cd.Name] = t
+		}
+		t.last = cd
+		if cd.Status.Revision != t.rev || cd.Generation != t.gen {
+			t.rev, t.gen, t.announced = cd.Status.Revision, cd.Generation, false
+			clear(t.seen)
+			w.p.step("%s: new revision %s, walking the stages again", cd.Name, shortRevision(t.rev))
+		}
+		prefix := ""
+		if w.only == "" {
+			prefix = cd.Name
+		}
+		w.p.transitions(prefix, cd, t.seen)
+		t.ready = isDeploymentReady(cd) && cd.Status.Revision == t.rev
+		if t.announced {
+			continue
+		}
+		if t.ready {
+			t.announced = true
+			w.p.summary(prefix, cd)
+			w.p.step("%s is Ready at %s", cd.Name, shortRevision(t.rev))
+		} else if st := devCondition(cd, capstanv1.ConditionStalled); st != nil && st.Status == metav1.ConditionTrue {
+			t.announced = true
+			w.p.step("%s stalled at %s: %s", cd.Name, shortRevision(t.rev), st.Message)
+			stalled = append(stalled, fmt.Sprintf("%s stalled: %s", cd.Name, st.Message))
+		}
+	}
+	if len(stalled) > 0 {
+		return errors.New(strings.Join(stalled, "; "))
+	}
+	return nil
+}
+
+// untilReady follows until every deployment is Ready. It fails when one
+// stalls, a component stops, or ctx ends (then naming the stage each
+// unready deployment is stuck in).
+func (w *devWatch) untilReady(ctx context.Context) error {
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		cd := &capstanv1.ClusterDeployment{}
-		err := c.Get(ctx, client.ObjectKey{Namespace: devNamespace, Name: name}, cd)
-		switch {
-		case err == nil:
-			last = cd
-			p.transitions(cd, seen)
-			if isDeploymentReady(cd) {
-				return cd, nil
-			}
-			if st := devCondition(cd, capstanv1.ConditionStalled); st != nil && st.Status == metav1.ConditionTrue {
-				return cd, fmt.Errorf("%s stalled: %s", name, st.Message)
-			}
-		case apierrors.IsNotFound(err):
-		case ctx.Err() == nil:
-			return nil, err
+		if err := w.look(ctx); err != nil {
+			return err
+		}
+		if len(w.tracked) > 0 && !slices.ContainsFunc(slices.Collect(maps.Values(w.tracked)), func(t *devTracked) bool { return !t.ready }) {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return last, stuckError(name, last, ctx.Err())
-		case err := <-errc:
-			return last, err
+			return w.stuckError(ctx.Err())
+		case err := <-w.errc:
+			return err
 		case <-tick.C:
 		}
 	}
 }
 
-func stuckError(name string, cd *capstanv1.ClusterDeployment, cause error) error {
+// keepFollowing prints every later revision's walk, until ctx ends or a
+// component stops. A stalled deployment is reported, not fatal: the next
+// push can fix it.
+func (w *devWatch) keepFollowing(ctx context.Context) error {
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-w.errc:
+			return err
+		case <-tick.C:
+		}
+		_ = w.look(ctx)
+	}
+}
+
+func (w *devWatch) stuckError(cause error) error {
 	if errors.Is(cause, context.Canceled) {
 		return cause
 	}
-	if cd == nil {
-		return fmt.Errorf("%s/%s never appeared: is it committed under --path?", devNamespace, name)
-	}
-	for _, st := range cd.Status.Stages {
-		if st.State != capstanv1.StageReady {
-			return fmt.Errorf("%s not Ready before the timeout: stage %s is %s: %s", name, st.Name, st.State, st.Message)
+	if len(w.tracked) == 0 {
+		if w.only != "" {
+			return fmt.Errorf("%s/%s never appeared: is it committed under --path?", devNamespace, w.only)
 		}
+		return fmt.Errorf("no ClusterDeployment appeared in %s: is one committed under --path?", devNamespace)
 	}
-	return fmt.Errorf("%s not Ready before the timeout", name)
+	var stuck []string
+	for _, name := range strings.Split(w.names(), ", ") {
+		t := w.tracked[name]
+		if t.ready {
+			continue
+		}
+		msg := name + " not Ready before the timeout"
+		for _, st := range t.last.Status.Stages {
+			if st.State != capstanv1.StageReady {
+				msg = fmt.Sprintf("%s not Ready before the timeout: stage %s is %s: %s", name, st.Name, st.State, st.Message)
+				break
+			}
+		}
+		stuck = append(stuck, msg)
+	}
+	return errors.New(strings.Join(stuck, "; "))
 }
 
 func isDeploymentReady(cd *capstanv1.ClusterDeployment) bool {
@@ -396,7 +466,10 @@ func (p *devPrinter) detail(format string, args ...any) {
 
 // transitions prints the stages whose state or message changed since the
 // last look.
-func (p *devPrinter) transitions(cd *capstanv1.ClusterDeployment, seen map[string]string) {
+func (p *devPrinter) transitions(prefix string, cd *capstanv1.ClusterDeployment, seen map[string]string) {
+	if prefix != "" {
+		prefix += " "
+	}
 	for _, st := range cd.Status.Stages {
 		key := string(st.State) + "\x00" + st.Message
 		if seen[st.Name] == key || st.State == capstanv1.StagePending {
@@ -406,31 +479,36 @@ func (p *devPrinter) transitions(cd *capstanv1.ClusterDeployment, seen map[strin
 		if p.started == nil {
 			p.started, p.took = map[string]time.Time{}, map[string]time.Duration{}
 		}
-		if _, ok := p.started[st.Name]; !ok {
-			p.started[st.Name] = time.Now()
+		key2 := cd.Name + "/" + st.Name
+		if _, ok := p.started[key2]; !ok {
+			p.started[key2] = time.Now()
 		}
 		switch st.State {
 		case capstanv1.StageReady:
-			p.took[st.Name] = time.Since(p.started[st.Name])
-			delete(p.started, st.Name)
-			fmt.Fprintf(p.out, "%s   ✓ %-24s ready in %s\n", p.stamp(), st.Name, p.took[st.Name].Round(100*time.Millisecond))
+			p.took[key2] = time.Since(p.started[key2])
+			delete(p.started, key2)
+			fmt.Fprintf(p.out, "%s   ✓ %s%-24s ready in %s\n", p.stamp(), prefix, st.Name, p.took[key2].Round(100*time.Millisecond))
 		default:
 			msg := oneLine(strings.TrimSpace(st.Message))
 			if msg == "" {
 				msg = fmt.Sprintf("started (attempt %d)", st.Attempts)
 			}
-			fmt.Fprintf(p.out, "%s   … %-24s %s\n", p.stamp(), st.Name, msg)
+			fmt.Fprintf(p.out, "%s   … %s%-24s %s\n", p.stamp(), prefix, st.Name, msg)
 		}
 	}
 }
 
 // summary prints each stage's duration, as the printer saw it (to 0.2 s),
 // once the deployment is Ready.
-func (p *devPrinter) summary(cd *capstanv1.ClusterDeployment) {
-	fmt.Fprintf(p.out, "\n  %-24s %10s %9s\n", "STAGE", "DURATION", "ATTEMPTS")
+func (p *devPrinter) summary(prefix string, cd *capstanv1.ClusterDeployment) {
+	title := "STAGE"
+	if prefix != "" {
+		title = strings.ToUpper(prefix) + " STAGE"
+	}
+	fmt.Fprintf(p.out, "\n  %-24s %10s %9s\n", title, "DURATION", "ATTEMPTS")
 	var total time.Duration
 	for _, st := range cd.Status.Stages {
-		took := p.took[st.Name]
+		took := p.took[cd.Name+"/"+st.Name]
 		total += took
 		fmt.Fprintf(p.out, "  %-24s %10s %9d\n", st.Name, took.Round(100*time.Millisecond), st.Attempts)
 	}

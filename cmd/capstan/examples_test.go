@@ -12,9 +12,9 @@ import (
 // upgrade overlay renders too. The Metal3 clusters put each kind in the
 // capm3 stage that builds it.
 func TestExamplesRender(t *testing.T) {
-	files, err := filepath.Glob("../../examples/clusters/*/clusterdeployment.yaml")
-	if err != nil || len(files) < 3 {
-		t.Fatalf("example ClusterDeployments = %v (%v), want demo, mgmt and workload-east", files, err)
+	files, err := filepath.Glob("../../examples/clusters/*/*clusterdeployment.yaml")
+	if err != nil || len(files) < 4 {
+		t.Fatalf("example ClusterDeployments = %v (%v), want demo, mgmt, mgmt-lcm and workload-east", files, err)
 	}
 	header := regexp.MustCompile(`(?m)^# stage (\S+) \((\w+), (\d+) objects?\)$`)
 	for _, file := range files {
