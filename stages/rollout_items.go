@@ -76,32 +76,10 @@ func sameItemsOf(a, b []lcmv1.StateItem, keep func(lcmv1.StateItem) bool) bool {
 	return true
 }
 
-// resultOf returns the machine's result for the named item.
-func resultOf(m *lcmv1.LCMMachine, name string) (lcmv1.StateItemResult, bool) {
-	for _, r := range m.Status.StateItemResults {
-		if r.Name == name {
-			return r, true
-		}
-	}
-	return lcmv1.StateItemResult{}, false
-}
-
-// pendingItems lists the spec items the agent has not finished: no result
-// Succeeded at the item's version.
-func pendingItems(m *lcmv1.LCMMachine) []lcmv1.StateItem {
-	var pending []lcmv1.StateItem
-	for _, item := range m.Spec.StateItems {
-		if r, ok := resultOf(m, item.Name); !ok || r.Version != item.Version || r.State != lcmv1.StateItemSucceeded {
-			pending = append(pending, item)
-		}
-	}
-	return pending
-}
-
 // settled reports whether the agent has seen the machine's current spec
 // and finished every item of it.
 func settled(m *lcmv1.LCMMachine) bool {
-	return m.Status.ObservedGeneration == m.Generation && len(pendingItems(m)) == 0
+	return m.Status.ObservedGeneration == m.Generation && len(m.PendingItems()) == 0
 }
 
 // reported reports whether the machine's agent has reported in: a
@@ -118,7 +96,7 @@ func reported(m *lcmv1.LCMMachine) bool {
 // node's workloads (deploy or reconfigure), which is what the batch limits
 // count. Prepare items only fetch and install, and count for nothing.
 func disrupting(m *lcmv1.LCMMachine) bool {
-	return slices.ContainsFunc(pendingItems(m), func(i lcmv1.StateItem) bool { return i.Phase != lcmv1.StatePhasePrepare })
+	return slices.ContainsFunc(m.PendingItems(), func(i lcmv1.StateItem) bool { return i.Phase != lcmv1.StatePhasePrepare })
 }
 
 // deployedBefore reports whether the machine has been a node of its
@@ -183,12 +161,12 @@ func describeWork(m *lcmv1.LCMMachine) string {
 	if m.Status.ObservedGeneration != m.Generation {
 		return s + " (agent has not seen the new items yet)"
 	}
-	pending := pendingItems(m)
+	pending := m.PendingItems()
 	if len(pending) == 0 {
 		return s
 	}
 	item := pending[0]
-	r, ok := resultOf(m, item.Name)
+	r, ok := m.Result(item.Name)
 	if !ok || r.Version != item.Version {
 		return fmt.Sprintf("%s (%s %s not started)", s, item.Name, item.Version)
 	}
@@ -206,8 +184,8 @@ func describeWork(m *lcmv1.LCMMachine) string {
 
 // failing reports whether the machine's last run of an item failed.
 func failing(m *lcmv1.LCMMachine) bool {
-	for _, item := range pendingItems(m) {
-		if r, ok := resultOf(m, item.Name); ok && r.Version == item.Version && r.State == lcmv1.StateItemFailed {
+	for _, item := range m.PendingItems() {
+		if r, ok := m.Result(item.Name); ok && r.Version == item.Version && r.State == lcmv1.StateItemFailed {
 			return true
 		}
 	}

@@ -84,7 +84,7 @@ func (m *rolloutMachine) finished() *rolloutMachine {
 func (m *rolloutMachine) working(state lcmv1.MachineState) *rolloutMachine {
 	m.Status.ObservedGeneration = m.Generation
 	m.Status.State = state
-	if pending := pendingItems(m.LCMMachine); len(pending) > 0 {
+	if pending := m.LCMMachine.PendingItems(); len(pending) > 0 {
 		item := pending[0]
 		m.Status.StateItemResults = slices.DeleteFunc(m.Status.StateItemResults, func(r lcmv1.StateItemResult) bool { return r.Name == item.Name })
 		m.Status.StateItemResults = append(m.Status.StateItemResults, lcmv1.StateItemResult{

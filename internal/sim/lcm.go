@@ -276,7 +276,7 @@ func (a *LCMAgent) step(ctx context.Context, key types.NamespacedName) (idle boo
 		return false, a.writeStatus(ctx, m, st)
 	}
 
-	pending := lcmPendingItems(m)
+	pending := m.PendingItems()
 	if len(pending) == 0 {
 		st.State = lcmSettledState(m.Spec.StateItems)
 		st.StateItemResults = lcmKeepResults(m)
@@ -289,7 +289,7 @@ func (a *LCMAgent) step(ctx context.Context, key types.NamespacedName) (idle boo
 
 	item := pending[0]
 	st.State = lcmWorkingState(m, pending)
-	res, running := lcmResult(m, item.Name)
+	res, running := m.Result(item.Name)
 	if !running || res.State != lcmv1.StateItemRunning || res.Version != item.Version {
 		// Start a run; attempts count the runs of this version.
 		attempts := int32(1)
@@ -430,27 +430,6 @@ func lcmAddress(m *lcmv1.LCMMachine) string {
 	_, _ = h.Write([]byte(m.Namespace + "/" + m.Name))
 	v := h.Sum32()
 	return fmt.Sprintf("10.%d.%d.%d", byte(v>>16), byte(v>>8), 1+byte(v)%254)
-}
-
-// lcmPendingItems lists, in spec order, the items without a Succeeded
-// result at their version.
-func lcmPendingItems(m *lcmv1.LCMMachine) []lcmv1.StateItem {
-	var pending []lcmv1.StateItem
-	for _, item := range m.Spec.StateItems {
-		if res, ok := lcmResult(m, item.Name); !ok || res.Version != item.Version || res.State != lcmv1.StateItemSucceeded {
-			pending = append(pending, item)
-		}
-	}
-	return pending
-}
-
-func lcmResult(m *lcmv1.LCMMachine, name string) (lcmv1.StateItemResult, bool) {
-	for _, r := range m.Status.StateItemResults {
-		if r.Name == name {
-			return r, true
-		}
-	}
-	return lcmv1.StateItemResult{}, false
 }
 
 // lcmKeepResults drops the results of items no longer in the spec.

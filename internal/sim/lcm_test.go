@@ -227,7 +227,7 @@ func (f *lcmFixture) waitMachine(name, what string, cond func(*lcmv1.LCMMachine)
 // and reports want.
 func lcmSettledAt(want lcmv1.MachineState) func(*lcmv1.LCMMachine) bool {
 	return func(m *lcmv1.LCMMachine) bool {
-		return m.Status.ObservedGeneration == m.Generation && m.Status.State == want && len(lcmPendingItems(m)) == 0
+		return m.Status.ObservedGeneration == m.Generation && m.Status.State == want && len(m.PendingItems()) == 0
 	}
 }
 
@@ -350,7 +350,7 @@ func lcmTestFaults(t *testing.T, env *testenv.Env) {
 
 	// The flaky machine's join fails once, then succeeds on its second run.
 	m := f.waitMachine("flaky", "Ready", lcmSettledAt(lcmv1.MachineStateReady))
-	join, _ := lcmResult(m, "join")
+	join, _ := m.Result("join")
 	if join.State != lcmv1.StateItemSucceeded || join.Attempts != 2 {
 		t.Errorf("flaky join result = %+v, want Succeeded at attempt 2", join)
 	}
@@ -363,16 +363,16 @@ func lcmTestFaults(t *testing.T, env *testenv.Env) {
 	// The stuck machine stays in Deploy with its join Running, even while
 	// the flaky one finished long after it started.
 	m = f.waitMachine("stuck", "join Running", func(m *lcmv1.LCMMachine) bool {
-		r, ok := lcmResult(m, "join")
+		r, ok := m.Result("join")
 		return ok && r.State == lcmv1.StateItemRunning && m.Status.State == lcmv1.MachineStateDeploy
 	})
-	if r, _ := lcmResult(m, "download"); r.State != lcmv1.StateItemSucceeded {
+	if r, _ := m.Result("download"); r.State != lcmv1.StateItemSucceeded {
 		t.Errorf("stuck machine's prepare item = %+v, want Succeeded (only deploy items hang)", r)
 	}
 	// A new spec wakes it, and it is stuck again at the new version.
 	f.setItems("stuck", lcmItems("1.0.1", ""))
 	f.waitMachine("stuck", "join 1.0.1 Running", func(m *lcmv1.LCMMachine) bool {
-		r, ok := lcmResult(m, "join")
+		r, ok := m.Result("join")
 		return ok && r.Version == "1.0.1" && r.State == lcmv1.StateItemRunning && m.Status.State == lcmv1.MachineStateDeploy
 	})
 }

@@ -125,3 +125,25 @@ type LCMMachineList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []LCMMachine `json:"items"`
 }
+
+// Result returns the machine's result for the StateItem named name.
+func (m *LCMMachine) Result(name string) (StateItemResult, bool) {
+	for _, r := range m.Status.StateItemResults {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return StateItemResult{}, false
+}
+
+// PendingItems lists, in spec order, the StateItems the agent has not
+// finished: no result Succeeded at the item's version.
+func (m *LCMMachine) PendingItems() []StateItem {
+	var pending []StateItem
+	for _, item := range m.Spec.StateItems {
+		if r, ok := m.Result(item.Name); !ok || r.Version != item.Version || r.State != StateItemSucceeded {
+			pending = append(pending, item)
+		}
+	}
+	return pending
+}

@@ -3,6 +3,7 @@ package v1alpha1_test
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -102,5 +103,35 @@ func TestAddToScheme(t *testing.T) {
 		if !s.Recognizes(lcmv1.GroupVersion.WithKind(kind)) {
 			t.Errorf("scheme does not know %s", kind)
 		}
+	}
+}
+
+// PendingItems is the agent's to-do list: items without a Succeeded result
+// at their own version, in spec order.
+func TestPendingItems(t *testing.T) {
+	m := &lcmv1.LCMMachine{
+		Spec: lcmv1.LCMMachineSpec{StateItems: []lcmv1.StateItem{
+			{Name: "download", Phase: lcmv1.StatePhasePrepare, Version: "2"},
+			{Name: "join", Phase: lcmv1.StatePhaseDeploy, Version: "2"},
+			{Name: "reconfigure", Phase: lcmv1.StatePhaseReconfigure, Version: "2"},
+		}},
+		Status: lcmv1.LCMMachineStatus{StateItemResults: []lcmv1.StateItemResult{
+			{Name: "download", Version: "2", State: lcmv1.StateItemSucceeded},
+			{Name: "join", Version: "1", State: lcmv1.StateItemSucceeded},
+			{Name: "reconfigure", Version: "2", State: lcmv1.StateItemFailed},
+		}},
+	}
+	var names []string
+	for _, item := range m.PendingItems() {
+		names = append(names, item.Name)
+	}
+	if got := strings.Join(names, ","); got != "join,reconfigure" {
+		t.Errorf("PendingItems = %s, want join (older version), reconfigure (failed)", got)
+	}
+	if r, ok := m.Result("join"); !ok || r.Version != "1" {
+		t.Errorf("Result(join) = %+v, %v", r, ok)
+	}
+	if _, ok := m.Result("absent"); ok {
+		t.Error("Result(absent) found a result")
 	}
 }
