@@ -12,6 +12,7 @@ import (
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/internal/gitserver"
+	"github.com/capstan-dev/capstan/reconciler"
 )
 
 // twoStageFiles is an overlay whose first stage holds a Widget that only a
@@ -209,4 +210,25 @@ func equalCounts(a, b map[string]int) bool {
 		}
 	}
 	return true
+}
+
+// A stage just applied says what it waits for within seconds, not at the
+// end of a long wait slice: the first look is short.
+func TestAppliedStageSaysWhatItWaitsForSoon(t *testing.T) {
+	c := newClient(t)
+	ns := newNamespace(t)
+	url, err := gitSrv.CreateRepo(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, twoStageFiles("1"), "two-stage overlay"); err != nil {
+		t.Fatal(err)
+	}
+	startDaemonWith(t, nil, func(o *reconciler.Options) { o.Reconciler.WaitSlice = 10 * time.Minute })
+	createDeployment(t, c, ns, "two", twoStageSpec(url, ns, gitSecret(t, c, ns)))
+	begin := time.Now()
+	waitDeployment(t, c, ns, "two", "stage Infra saying what it waits for", func(cd *capstanv1.ClusterDeployment) bool {
+		return strings.Contains(stage(cd, "Infra").Message, "waiting for the widget controller")
+	})
+	t.Logf("applied stage -> status says what it waits for in %s (wait slice 10m)", time.Since(begin).Round(time.Millisecond))
 }

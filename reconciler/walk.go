@@ -61,9 +61,29 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 			}
 		}
 		if res.State != capstanv1.StageFailed {
-			waitCtx, cancel := context.WithTimeout(ctx, r.waitSlice(stage, st()))
-			res = r.executor.WaitStage(waitCtx, stage, owner)
-			cancel()
+			slice := r.waitSlice(stage, st())
+			deadline := time.Now().Add(slice)
+			looked := false
+			if st().Message == "" || res.Applied {
+				looked = true
+				// Status says nothing yet about what the stage waits for:
+				// look briefly first and say it, then wait out the slice.
+				firstCtx, cancel := context.WithTimeout(ctx, min(slice, firstLook))
+				res = r.executor.WaitStage(firstCtx, stage, owner)
+				cancel()
+				if res.State == capstanv1.StageInProgress && time.Until(deadline) > 0 && ctx.Err() == nil {
+					before = cd.DeepCopy()
+					r.recordResult(cd, st(), stage, res)
+					if err := r.patchStatus(ctx, before, cd); err != nil {
+						return false, err
+					}
+				}
+			}
+			if res.State != capstanv1.StageReady && res.State != capstanv1.StageFailed && (!looked || time.Until(deadline) > 0) {
+				waitCtx, cancel := context.WithDeadline(ctx, deadline)
+				res = r.executor.WaitStage(waitCtx, stage, owner)
+				cancel()
+			}
 			before = cd.DeepCopy()
 			r.recordResult(cd, st(), stage, res)
 			if err := r.patchStatus(ctx, before, cd); err != nil {
@@ -107,6 +127,10 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 	log.FromContext(ctx).Info("deployment ready", "revision", a.revision)
 	return true, nil
 }
+
+// firstLook is how long an attempt waits before it writes what the stage
+// waits for, when status does not say it yet (a stage just applied).
+const firstLook = 2 * time.Second
 
 // minWaitSlice is the shortest wait of an attempt that waitSlice cuts short.
 const minWaitSlice = time.Second
