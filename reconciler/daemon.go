@@ -143,6 +143,10 @@ func New(opts Options) (*Daemon, error) {
 	pushes := make(chan event.GenericEvent, 64)
 	err = ctrl.NewControllerManagedBy(mgr).
 		WatchesRawSource(source.Channel(pushes, &handler.EnqueueRequestForObject{})).
+		// A deployment that others depend on wakes them when its
+		// readiness changes.
+		Watches(&capstanv1.ClusterDeployment{}, handler.EnqueueRequestsFromMapFunc(r.dependents),
+			builder.WithPredicates(readinessChanged)).
 		For(&capstanv1.ClusterDeployment{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		// Several daemons may run in one process (the e2e suites, pivot).

@@ -120,7 +120,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 }
 
 func (r *Reconciler) runSteps(ctx context.Context, a *attempt) (reconcile.Result, error) {
-	steps := []step{r.checkSource, r.fetchArtifact, r.renderObjects, r.buildPlan, r.walkStages}
+	steps := []step{r.checkSource, r.fetchArtifact, r.renderObjects, r.buildPlan, r.checkDependencies, r.walkStages}
 	for _, s := range steps {
 		done, err := s(ctx, a)
 		if err != nil {

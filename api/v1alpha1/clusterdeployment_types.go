@@ -42,6 +42,13 @@ type ClusterDeploymentSpec struct {
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
 
+	// DependsOn lists ClusterDeployments that must be Ready (at their
+	// current generation) before this one applies anything: a cluster's
+	// LCM layer after its machines, a workload cluster after the
+	// management cluster that runs its controllers.
+	// +optional
+	DependsOn []DependencyReference `json:"dependsOn,omitempty"`
+
 	// Rollout holds the defaults of every rollout stage of the plan.
 	// +optional
 	Rollout *RolloutPolicy `json:"rollout,omitempty"`
@@ -160,6 +167,17 @@ type GitRef struct {
 	// Branch to follow. Defaults to main.
 	// +optional
 	Branch string `json:"branch,omitempty"`
+}
+
+// DependencyReference names a ClusterDeployment.
+type DependencyReference struct {
+	// Name of the ClusterDeployment.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+
+	// Namespace of the ClusterDeployment. Defaults to this one's.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // LocalObjectReference names an object in the same namespace.
