@@ -321,9 +321,11 @@ func (w *devWatch) look(ctx context.Context) error {
 		}
 		t.last = cd
 		if cd.Status.Revision != t.rev || cd.Generation != t.gen {
+			if t.rev != "" {
+				w.p.step("%s: new revision %s, walking the stages again", cd.Name, shortRevision(cd.Status.Revision))
+			}
 			t.rev, t.gen, t.announced = cd.Status.Revision, cd.Generation, false
 			clear(t.seen)
-			w.p.step("%s: new revision %s, walking the stages again", cd.Name, shortRevision(t.rev))
 		}
 		prefix := ""
 		if w.only == "" {
