@@ -79,9 +79,9 @@ func TestDevExitWhenReadyFailsWithTheStuckStage(t *testing.T) {
 }
 
 var built struct {
-	once sync.Once
-	path string
-	err  error
+	once      sync.Once
+	dir, path string
+	err       error
 }
 
 // capstanBinary builds cmd/capstan once per test run.
@@ -93,7 +93,7 @@ func capstanBinary(t *testing.T) string {
 			built.err = err
 			return
 		}
-		built.path = filepath.Join(dir, "capstan")
+		built.dir, built.path = dir, filepath.Join(dir, "capstan")
 		build := exec.Command("go", "build", "-o", built.path, "./cmd/capstan")
 		build.Dir = ".."
 		if out, err := build.CombinedOutput(); err != nil {

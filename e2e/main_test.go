@@ -67,6 +67,11 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer gitSrv.Close()
+	defer func() {
+		if built.dir != "" {
+			os.RemoveAll(built.dir)
+		}
+	}()
 	return m.Run()
 }
 
