@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -74,22 +73,9 @@ func TestLCMWorkingState(t *testing.T) {
 
 // TestLCMAgent runs the agent against a real API server: registration,
 // prepare, deploy, upgrade, reconfigure, the injected faults and a restart.
-// The subtests share one control plane, stopped at the end.
+// It shares the package's control plane (sharedEnv).
 func TestLCMAgent(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a control plane (skipped under -short)")
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
-	env, err := testenv.Start(ctx, testenv.Options{CRDDirs: []string{"../../manifests/crds"}, Progress: os.Stderr})
-	cancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	env := sharedEnv(t)
 	t.Run("Lifecycle", func(t *testing.T) { lcmTestLifecycle(t, env) })
 	t.Run("Faults", func(t *testing.T) { lcmTestFaults(t, env) })
 	t.Run("Restart", func(t *testing.T) { lcmTestRestart(t, env) })

@@ -33,25 +33,7 @@ import (
 // built in seed 002's order until every capm3 stage is ready, the two
 // faults, an upgrade and a scale down.
 func TestSimulator(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a control plane (skipped under -short)")
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
-	dirs, err := testenv.ProviderCRDDirs(ctx)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	env, err := testenv.Start(ctx, testenv.Options{CRDDirs: append([]string{"../../manifests/crds"}, dirs...), Progress: os.Stderr})
-	cancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	env := sharedEnv(t)
 	t.Run("ClusterReadyInSeedOrder", func(t *testing.T) { testClusterReadyInSeedOrder(t, env) })
 	t.Run("StuckHostUntilFaultCleared", func(t *testing.T) { testStuckHost(t, env) })
 	t.Run("FirstProvisioningFails", func(t *testing.T) { testProvisioningFailsOnce(t, env) })
