@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -67,4 +68,48 @@ data: {on: machines}
 	if object(t, c, configMapGVK, ns, "layer") == nil {
 		t.Error("layer Ready but its ConfigMap is missing")
 	}
+}
+
+// Deployments that depend on each other in a cycle say which cycle instead
+// of waiting silently, and start once an edit breaks it.
+func TestDependsOnCycleIsReportedUntilBroken(t *testing.T) {
+	c := newClient(t)
+	ns := newNamespace(t)
+	url, err := gitSrv.CreateRepo(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, twoStageFiles("1"), "overlay"); err != nil {
+		t.Fatal(err)
+	}
+	secret := gitSecret(t, c, ns)
+	startDaemon(t, nil)
+	for _, pair := range [][2]string{{"a", "b"}, {"b", "a"}} {
+		spec := twoStageSpec(url, ns, secret)
+		spec.DependsOn = []capstanv1.DependencyReference{{Name: pair[1]}}
+		createDeployment(t, c, ns, pair[0], spec)
+	}
+	cd := waitDeployment(t, c, ns, "a", "reporting the cycle", func(cd *capstanv1.ClusterDeployment) bool {
+		r := condition(cd, capstanv1.ConditionReady)
+		return r != nil && r.Reason == "DependencyCycle"
+	})
+	want := ns + "/a -> " + ns + "/b -> " + ns + "/a"
+	if msg := condition(cd, capstanv1.ConditionReady).Message; !strings.Contains(msg, want) {
+		t.Errorf("Ready message %q does not show the cycle %s", msg, want)
+	}
+	if object(t, c, widgetGVK, ns, "infra") != nil {
+		t.Error("a deployment of the cycle applied its objects")
+	}
+
+	// Breaking the cycle on b lets b start at once, and a after it.
+	b := getDeployment(t, c, ns, "b")
+	b.Spec.DependsOn = nil
+	if err := c.Update(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	waitDeployment(t, c, ns, "b", "stage Infra applied", func(cd *capstanv1.ClusterDeployment) bool {
+		return stage(cd, "Infra").AppliedAt != nil
+	})
+	setWidgetReady(t, c, ns, "infra")
+	waitDeployment(t, c, ns, "a", "Ready once b is", isReady)
 }

@@ -24,6 +24,15 @@ const dependencyRecheck = 30 * time.Second
 // deployment named in spec.dependsOn is not Ready at its current
 // generation. Status says which, and the deployment's stages wait.
 func (r *Reconciler) checkDependencies(ctx context.Context, a *attempt) (bool, error) {
+	if len(a.cd.Spec.DependsOn) == 0 {
+		return false, nil
+	}
+	// A cycle is reported, not stalled on: fixing it is an edit of any
+	// deployment of the cycle, which must wake this one too.
+	if cycle := r.dependencyCycle(ctx, a.cd); cycle != "" {
+		return r.waitForDependencies(ctx, a, "DependencyCycle",
+			fmt.Sprintf("spec.dependsOn: the dependencies form a cycle (%s), so none of them can start: remove one of the dependsOn entries", cycle))
+	}
 	var waiting []string
 	for _, dep := range a.cd.Spec.DependsOn {
 		key := dependencyKey(a.cd, dep)
@@ -40,16 +49,52 @@ func (r *Reconciler) checkDependencies(ctx context.Context, a *attempt) (bool, e
 	if len(waiting) == 0 {
 		return false, nil
 	}
+	return r.waitForDependencies(ctx, a, "DependencyNotReady",
+		"waiting for ClusterDeployment "+strings.Join(waiting, ", ")+" to be Ready")
+}
+
+// waitForDependencies records why the deployment waits and ends the
+// reconcile; a dependency's readiness (or the recheck) brings it back.
+func (r *Reconciler) waitForDependencies(ctx context.Context, a *attempt, reason, msg string) (bool, error) {
 	before := a.cd.DeepCopy()
-	msg := "waiting for ClusterDeployment " + strings.Join(waiting, ", ") + " to be Ready"
-	setCondition(a.cd, capstanv1.ConditionReady, false, "DependencyNotReady", msg)
-	setCondition(a.cd, capstanv1.ConditionReconciling, true, "DependencyNotReady", msg)
-	setCondition(a.cd, capstanv1.ConditionStalled, false, "DependencyNotReady", "")
+	setCondition(a.cd, capstanv1.ConditionReady, false, reason, msg)
+	setCondition(a.cd, capstanv1.ConditionReconciling, true, reason, msg)
+	setCondition(a.cd, capstanv1.ConditionStalled, false, reason, "")
 	if err := r.patchStatus(ctx, before, a.cd); err != nil {
 		return false, err
 	}
 	a.requeue = dependencyRecheck
 	return true, nil
+}
+
+// dependencyCycle returns the cycle cd's dependencies lead back to cd
+// through ("a -> b -> a"), or "" when there is none. A dependency not
+// found ends its path.
+func (r *Reconciler) dependencyCycle(ctx context.Context, cd *capstanv1.ClusterDeployment) string {
+	start := client.ObjectKeyFromObject(cd)
+	seen := map[types.NamespacedName]bool{start: true}
+	var walk func(cur *capstanv1.ClusterDeployment, path []string) string
+	walk = func(cur *capstanv1.ClusterDeployment, path []string) string {
+		for _, dep := range cur.Spec.DependsOn {
+			key := dependencyKey(cur, dep)
+			if key == start {
+				return strings.Join(append(path, key.String()), " -> ")
+			}
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			next := &capstanv1.ClusterDeployment{}
+			if err := r.client.Get(ctx, key, next); err != nil {
+				continue
+			}
+			if c := walk(next, append(path, key.String())); c != "" {
+				return c
+			}
+		}
+		return ""
+	}
+	return walk(cd, []string{start.String()})
 }
 
 func dependencyKey(cd *capstanv1.ClusterDeployment, dep capstanv1.DependencyReference) types.NamespacedName {
