@@ -135,3 +135,20 @@ func TestBuildPlanDeleteOnlyObject(t *testing.T) {
 		t.Errorf("Apply objects = %v, want only the ConfigMap", refs(plan.Stages[0].Objects))
 	}
 }
+
+// An LCMMachine committed with spec.stateItems, in a plan whose rollout
+// sets them, is refused with the object and the field.
+func TestBuildPlanRefusesCommittedStateItems(t *testing.T) {
+	specs := []capstanv1.StageSpec{
+		{Name: "Objects", Select: capstanv1.Selector{Kinds: []string{"*"}}},
+		{Name: "Deploy", Action: capstanv1.StageActionRollout, Select: capstanv1.Selector{Kinds: []string{"lcm.capstan.dev/LCMMachine"}}},
+	}
+	m := object("lcm.capstan.dev/v1alpha1", "LCMMachine", "ns", "worker-0", func(u *unstructured.Unstructured) {
+		u.Object["spec"] = map[string]any{"type": "worker", "stateItems": []any{map[string]any{"name": "join", "phase": "deploy"}}}
+	})
+	_, err := stages.BuildPlan(specs, []*unstructured.Unstructured{m, object("lcm.capstan.dev/v1alpha1", "LCMMachine", "ns", "worker-1")})
+	if err == nil || !strings.Contains(err.Error(), "worker-0") || !strings.Contains(err.Error(), "spec.stateItems") ||
+		!strings.Contains(err.Error(), "stage Deploy") || strings.Contains(err.Error(), "worker-1") {
+		t.Errorf("BuildPlan = %v, want one error naming worker-0, spec.stateItems and stage Deploy", err)
+	}
+}

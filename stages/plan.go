@@ -117,10 +117,36 @@ func BuildPlan(specs []capstanv1.StageSpec, objects []*unstructured.Unstructured
 		}
 		plan.Stages[owner].Objects = append(plan.Stages[owner].Objects, obj)
 	}
+	errs = append(errs, rolloutOwnedFields(plan)...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return plan, nil
+}
+
+// rolloutOwnedFields refuses LCMMachines that a rollout stage drives but
+// that set spec.stateItems themselves: the rollout owns that field, and
+// both writers forcing it would hand the machine different items at every
+// revision.
+func rolloutOwnedFields(plan *Plan) []error {
+	var errs []error
+	seen := map[*unstructured.Unstructured]bool{}
+	for _, stage := range plan.Stages {
+		if stage.Action != capstanv1.StageActionRollout {
+			continue
+		}
+		for _, obj := range stage.Objects {
+			if seen[obj] || obj.GroupVersionKind().GroupKind() != lcmMachineGVK.GroupKind() {
+				continue
+			}
+			seen[obj] = true
+			if _, found, _ := unstructured.NestedFieldNoCopy(obj.Object, "spec", "stateItems"); found {
+				errs = append(errs, fmt.Errorf("%s: spec.stateItems: set by the rollout of stage %s, from the LCMCluster's machineTypes; leave it out of the committed LCMMachine",
+					ObjectRef(obj), stage.Name))
+			}
+		}
+	}
+	return errs
 }
 
 // unjoin returns the errors err joins, or err alone.

@@ -331,3 +331,23 @@ func BenchmarkCheckerEvaluate(b *testing.B) {
 		}
 	}
 }
+
+// A messageExpression that fails, or returns "", leaves the message exactly
+// as written; one that returns text appends it after ": ".
+func TestMessageExpressionDetail(t *testing.T) {
+	obj := widgetWithStatus(map[string]any{"ready": false, "phase": "provisioning"})
+	for _, tc := range []struct{ expr, want string }{
+		{"object.status.missing.message", "waiting for the widget"},
+		{"''", "waiting for the widget"},
+		{"'phase ' + object.status.phase", "waiting for the widget: phase provisioning"},
+	} {
+		c, err := stages.NewChecker(checks(capstanv1.ReadinessCheck{CEL: "object.status.ready == true",
+			Message: "waiting for the widget", MessageExpression: tc.expr}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Evaluate(obj).Message; got != tc.want {
+			t.Errorf("messageExpression %s: message %q, want %q", tc.expr, got, tc.want)
+		}
+	}
+}

@@ -99,23 +99,11 @@ func disrupting(m *lcmv1.LCMMachine) bool {
 	return slices.ContainsFunc(m.PendingItems(), func(i lcmv1.StateItem) bool { return i.Phase != lcmv1.StatePhasePrepare })
 }
 
-// deployedBefore reports whether the machine has been a node of its
-// cluster: it is or was Ready, or a deploy item of it succeeded.
-func deployedBefore(m *lcmv1.LCMMachine) bool {
-	switch m.Status.State {
-	case lcmv1.MachineStateReady, lcmv1.MachineStateUpgrade, lcmv1.MachineStateReconfigure:
-		return true
-	}
-	return slices.ContainsFunc(m.Status.StateItemResults, func(r lcmv1.StateItemResult) bool {
-		return r.Phase == lcmv1.StatePhaseDeploy && r.State == lcmv1.StateItemSucceeded
-	})
-}
-
 // needsDrain reports whether handing target to m upgrades a worker that
 // runs workloads: its deploy items change on a machine already deployed.
 // A reconfiguration or a new prepare item does not move workloads.
 func needsDrain(m *lcmv1.LCMMachine, target []lcmv1.StateItem) bool {
-	if m.Spec.Type != lcmv1.MachineTypeWorker || !deployedBefore(m) {
+	if m.Spec.Type != lcmv1.MachineTypeWorker || !m.DeployedBefore() {
 		return false
 	}
 	return !sameItemsOf(m.Spec.StateItems, target, func(i lcmv1.StateItem) bool { return i.Phase == lcmv1.StatePhaseDeploy })

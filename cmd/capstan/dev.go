@@ -81,6 +81,9 @@ Run it from a checkout of the Capstan repository.`,
 }
 
 func runDev(ctx context.Context, out io.Writer, f devFlags) error {
+	if f.simSpeed <= 0 {
+		return fmt.Errorf("--sim-speed %g: want a positive factor (1 is the demo pace, 10 ten times faster, 0.5 half as fast)", f.simSpeed)
+	}
 	begin := time.Now()
 	p := &devPrinter{out: out, begin: begin}
 	if f.verbose {
@@ -145,7 +148,7 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	lcmOpts := sim.DefaultLCMOptions()
 	// A StateItem takes about a second at demo pace, so that the rollout's
 	// order (managers one by one, then workers) can be watched.
-	lcmOpts.ItemDelay = time.Duration(float64(time.Second) / max(f.simSpeed, 0.001))
+	lcmOpts.ItemDelay = time.Duration(float64(time.Second) / f.simSpeed)
 	agent := sim.NewLCMAgent(watcher, lcmOpts)
 
 	opts := reconciler.DefaultOptions()
@@ -190,7 +193,7 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 
 // scaleDelays makes the simulated providers speed times faster.
 func scaleDelays(d sim.Delays, speed float64) sim.Delays {
-	if speed <= 0 || speed == 1 {
+	if speed == 1 {
 		return d
 	}
 	for _, f := range []*time.Duration{&d.HostRegistration, &d.HostInspection, &d.HostProvisioning,

@@ -476,25 +476,13 @@ func lcmWorkingState(m *lcmv1.LCMMachine, pending []lcmv1.StateItem) lcmv1.Machi
 		return lcmv1.MachineStatePrepare
 	case m.Status.State == lcmv1.MachineStateDeploy || m.Status.State == lcmv1.MachineStateUpgrade:
 		return m.Status.State
-	case !lcmDeployedBefore(m):
+	case !m.DeployedBefore():
 		return lcmv1.MachineStateDeploy
 	case has(lcmv1.StatePhaseDeploy):
 		return lcmv1.MachineStateUpgrade
 	default:
 		return lcmv1.MachineStateReconfigure
 	}
-}
-
-// lcmDeployedBefore tells from the status whether the machine has been a
-// node of its cluster: it is or was Ready, or a deploy item succeeded.
-func lcmDeployedBefore(m *lcmv1.LCMMachine) bool {
-	switch m.Status.State {
-	case lcmv1.MachineStateReady, lcmv1.MachineStateUpgrade, lcmv1.MachineStateReconfigure:
-		return true
-	}
-	return slices.ContainsFunc(m.Status.StateItemResults, func(r lcmv1.StateItemResult) bool {
-		return r.Phase == lcmv1.StatePhaseDeploy && r.State == lcmv1.StateItemSucceeded
-	})
 }
 
 func lcmPtr[T any](v T) *T { return &v }

@@ -147,3 +147,18 @@ func (m *LCMMachine) PendingItems() []StateItem {
 	}
 	return pending
 }
+
+// DeployedBefore tells from the status whether the machine has been a
+// node of its cluster: it is or was Ready, or a deploy item succeeded.
+func (m *LCMMachine) DeployedBefore() bool {
+	switch m.Status.State {
+	case MachineStateReady, MachineStateUpgrade, MachineStateReconfigure:
+		return true
+	}
+	for _, r := range m.Status.StateItemResults {
+		if r.Phase == StatePhaseDeploy && r.State == StateItemSucceeded {
+			return true
+		}
+	}
+	return false
+}

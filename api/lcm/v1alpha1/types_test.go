@@ -135,3 +135,25 @@ func TestPendingItems(t *testing.T) {
 		t.Error("Result(absent) found a result")
 	}
 }
+
+func TestDeployedBefore(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status lcmv1.LCMMachineStatus
+		want   bool
+	}{
+		{"new machine", lcmv1.LCMMachineStatus{State: lcmv1.MachineStatePending}, false},
+		{"prepared only", lcmv1.LCMMachineStatus{State: lcmv1.MachineStatePending, StateItemResults: []lcmv1.StateItemResult{
+			{Name: "download", Phase: lcmv1.StatePhasePrepare, State: lcmv1.StateItemSucceeded}}}, false},
+		{"first deploy running", lcmv1.LCMMachineStatus{State: lcmv1.MachineStateDeploy}, false},
+		{"ready", lcmv1.LCMMachineStatus{State: lcmv1.MachineStateReady}, true},
+		{"upgrading", lcmv1.LCMMachineStatus{State: lcmv1.MachineStateUpgrade}, true},
+		{"deploy item succeeded, new items pending", lcmv1.LCMMachineStatus{State: lcmv1.MachineStateDeploy, StateItemResults: []lcmv1.StateItemResult{
+			{Name: "join", Phase: lcmv1.StatePhaseDeploy, State: lcmv1.StateItemSucceeded}}}, true},
+	} {
+		m := &lcmv1.LCMMachine{Status: tc.status}
+		if got := m.DeployedBefore(); got != tc.want {
+			t.Errorf("%s: DeployedBefore = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
