@@ -30,15 +30,21 @@ func (e *Executor) scaleStage(ctx context.Context, stage *Stage, owner Owner) Re
 	if stage.Scale == nil {
 		return failed(res, Stalled(fmt.Errorf("stage %s: a scale stage needs scale.replicas", stage.Name)))
 	}
-	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, stage.Scale.Replicas))
+	// Every object is checked before any is scaled: a wrong kind scales
+	// nothing.
 	var errs []error
 	for _, obj := range stage.Objects {
 		gk := obj.GroupVersionKind().GroupKind()
 		if gk.Group != "apps" || (gk.Kind != "Deployment" && gk.Kind != "StatefulSet") {
-			errs = append(errs, Stalled(fmt.Errorf("%s: a scale stage scales apps/Deployment and apps/StatefulSet only; narrow stage %s's select",
-				ObjectRef(obj), stage.Name)))
-			continue
+			errs = append(errs, fmt.Errorf("%s: a scale stage scales apps/Deployment and apps/StatefulSet only; narrow stage %s's select",
+				ObjectRef(obj), stage.Name))
 		}
+	}
+	if len(errs) > 0 {
+		return failed(res, Stalled(errors.Join(errs...)))
+	}
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, stage.Scale.Replicas))
+	for _, obj := range stage.Objects {
 		target := &unstructured.Unstructured{}
 		target.SetGroupVersionKind(obj.GroupVersionKind())
 		target.SetNamespace(obj.GetNamespace())

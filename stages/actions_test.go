@@ -59,10 +59,13 @@ func TestScaleStage(t *testing.T) {
 
 	cm := configMap(ns, "settings", nil)
 	wrongKind := &stages.Stage{StageSpec: capstanv1.StageSpec{Name: "Bad", Action: capstanv1.StageActionScale,
-		Scale: &capstanv1.ScaleSpec{Replicas: 1}}, Objects: []*unstructured.Unstructured{cm}}
+		Scale: &capstanv1.ScaleSpec{Replicas: 1}}, Objects: []*unstructured.Unstructured{ctrl, cm}}
 	if res := e.ApplyStage(ctx, wrongKind, owner); res.State != capstanv1.StageFailed || !stages.IsStalled(res.Err) ||
 		!strings.Contains(res.Message, "Deployment") {
 		t.Errorf("scaling a ConfigMap = %s (stalled %v, %q), want a stalled failure naming what can be scaled", res.State, stages.IsStalled(res.Err), res.Message)
+	}
+	if got, _, _ := unstructured.NestedInt64(getLive(t, c, ctrl).Object, "spec", "replicas"); got != 0 {
+		t.Errorf("a stage refused for its ConfigMap still scaled its Deployment to %d: nothing may be half-applied", got)
 	}
 
 	missing := &stages.Stage{StageSpec: capstanv1.StageSpec{Name: "Enable", Action: capstanv1.StageActionScale,
