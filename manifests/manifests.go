@@ -7,6 +7,12 @@ package manifests
 
 import "embed"
 
+// Kustomization holds kustomization.yaml and everything it lists: what
+// `kubectl apply -k manifests/` and `capstan install` apply.
+//
+//go:embed kustomization.yaml crds/*.yaml install/*.yaml
+var Kustomization embed.FS
+
 // CRDs holds crds/*.yaml.
 //
 //go:embed crds/*.yaml

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# build.sh builds etcd, kube-apiserver and kube-controller-manager from the
+# build.sh builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler
+# and kubelet from the
 # modules pinned in go.mod and caches them by version, outside the repository:
 #   ${CAPSTAN_TESTBIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/capstan/testbin/<k8s version>}
 # A binary that is already cached is not built again, so a second run is instant
@@ -28,5 +29,8 @@ build() { # name package ldflags
 build etcd go.etcd.io/etcd/server/v3 "-s -w"
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$kube_ldflags"
 build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$kube_ldflags"
+# the opt-in node (internal/testenv WithNode): a scheduler and a kubelet
+build kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$kube_ldflags"
+build kubelet k8s.io/kubernetes/cmd/kubelet "$kube_ldflags"
 echo "$etcd_version" > "$dir/etcd.version"
 echo "$dir"
