@@ -10,22 +10,39 @@ CONTROLLER_GEN_VERSION := v0.23.0
 
 export CAPSTAN_TESTBIN_DIR := $(TESTBIN_DIR)
 
-.PHONY: all build dev test unit e2e bench bench-sources testbin generate fmt vet tools clean
+# The image `make image` builds. With IMAGE_REPO given (on the command line
+# or in the environment) it is also pushed there; the default only writes
+# bin/capstan-image.tar.
+IMAGE_REPO      ?= ghcr.io/capstan-dev/capstan
+IMAGE_TAG       ?= $(VERSION)
+IMAGE           ?= $(IMAGE_REPO):$(IMAGE_TAG)
+IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
+IMAGE_PUSH      := $(if $(filter command line environment,$(origin IMAGE_REPO)),--push)
+
+.PHONY: all build dev test unit e2e bench bench-sources testbin generate fmt vet tools clean image set-image
 
 all: build
 
 build: ## Build bin/capstan
 	$(GO) build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/capstan
 
+image: ## Build Capstan's image without Docker (static, nonroot, linux/amd64 + linux/arm64) into bin/capstan-image.tar; IMAGE_REPO=host:port/capstan also pushes it
+	$(GO) run ./internal/image/cmd/capstan-image build --ref $(IMAGE) --version $(VERSION) \
+		--revision $$(git rev-parse HEAD) --platforms $(IMAGE_PLATFORMS) --out bin/capstan-image.tar $(IMAGE_PUSH)
+
+set-image: ## Point manifests/kustomization.yaml (what `kubectl apply -k manifests/` and `capstan install` use) at IMAGE; a release step, so `make image` leaves the tree clean
+	$(GO) run ./internal/image/cmd/capstan-image set-image --ref $(IMAGE)
+
 dev: tools ## The demo: a local control plane, examples/ in a local git repository, the provider simulator and the reconciler; shows the mgmt cluster's stages until Ready
 	$(GO) run ./cmd/capstan dev $(DEV_FLAGS)
 
-tools: ## Install the Debian packages the tests use (git, gnupg and openssh-client for signed commits, prometheus for promtool and the alert e2e)
+tools: ## Install the Debian packages the tests use (git, gnupg and openssh-client for signed commits, prometheus for promtool and the alert e2e, containerd and runc for the test node)
 	@command -v git >/dev/null || (apt-get update && apt-get install -y --no-install-recommends git)
 	@(command -v gpg && command -v ssh-keygen) >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gnupg openssh-client)
 	@(command -v promtool && command -v prometheus) >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus)
+	@(command -v containerd && command -v containerd-shim-runc-v2 && command -v runc) >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends containerd)
 
-testbin: ## Build etcd, kube-apiserver and kube-controller-manager into the cache
+testbin: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubelet into the cache
 	e2e/testbin/build.sh >/dev/null
 
 test: tools testbin vet ## Everything CI runs: vet, unit, integration and e2e tests, fuzz corpora

@@ -235,11 +235,13 @@ func sourceLiterals(literals []string, src Source) []string {
 
 // hostNetworkPatch runs the daemon in the node's network. Such a node has no
 // CNI yet, so it is NotReady and tainted; the daemon is what finishes the
-// cluster, so it tolerates that.
+// cluster, so it tolerates that. Two pods on one node cannot share the
+// ports, so a new pod replaces the old one instead of surging beside it.
 const hostNetworkPatch = `apiVersion: apps/v1
 kind: Deployment
 metadata: {name: capstan}
 spec:
+  strategy: {type: Recreate, rollingUpdate: null}
   template:
     spec:
       hostNetwork: true

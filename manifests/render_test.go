@@ -140,6 +140,9 @@ func TestObjectsOptions(t *testing.T) {
 	if hn, _, _ := unstructured.NestedBool(d.Object, "spec", "template", "spec", "hostNetwork"); !hn {
 		t.Error("hostNetwork not set")
 	}
+	if s, _, _ := unstructured.NestedMap(d.Object, "spec", "strategy"); len(s) != 1 || s["type"] != "Recreate" {
+		t.Errorf("strategy %v, want Recreate alone: host ports cannot surge", s)
+	}
 	if a := str(t, d, "spec", "template", "metadata", "annotations", "team"); a != "infra" {
 		t.Errorf("the user's patch was not applied: annotation team=%q", a)
 	}

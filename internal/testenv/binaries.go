@@ -21,7 +21,7 @@ const KubernetesVersion = "v1.35.4"
 const binDirEnv = "CAPSTAN_TESTBIN_DIR"
 
 // binaries are the files EnsureBinaries requires.
-var binaries = []string{etcdName, apiServerName, controllerManagerName}
+var binaries = []string{etcdName, apiServerName, controllerManagerName, schedulerName, kubeletName}
 
 // buildScript is where build.sh lives relative to the repository root.
 var buildScript = filepath.Join("e2e", "testbin", "build.sh")

@@ -20,6 +20,9 @@ const (
 	etcdName              = "etcd"
 	apiServerName         = "kube-apiserver"
 	controllerManagerName = "kube-controller-manager"
+	schedulerName         = "kube-scheduler"
+	kubeletName           = "kubelet"
+	containerdName        = "containerd"
 )
 
 // serviceCIDR is the Service IP range; serviceIP is the first address, which
@@ -129,6 +132,9 @@ func (e *Env) startAPIServer(ctx context.Context, etcdURL string) error {
 			// the kubernetes Service anyway.
 			"--endpoint-reconciler-type=none",
 			"--allow-privileged=true",
+			// The test node registers a hostname nothing resolves; logs,
+			// exec and port-forward reach its kubelet on 127.0.0.1.
+			"--kubelet-preferred-address-types=InternalIP",
 			"--profiling=false",
 		}
 		return e.startHealthy(ctx, apiServerName, args, e.apiServerURL+"/readyz", e.pki.token)

@@ -45,6 +45,22 @@
 // running. Each process logs to <Dir>/<binary>.log; start-up errors quote the
 // tail of that log.
 //
+// Options.Node adds a node on which pods really run: containerd (Debian's
+// package, `make tools`) with its own config, socket, root and state under
+// Dir, kube-scheduler, and a kubelet for cgroup v1 or v2 with the cgroupfs
+// driver, its pods under a cgroup root of their own. The sandbox image is
+// a small Go program (pause/) built with go-containerregistry and imported
+// with ctr, so no registry is needed; ImportImage brings in others. The node
+// has no CNI and no kube-proxy: pods run with hostNetwork, must tolerate the
+// node.kubernetes.io/not-ready taint (the node stays NotReady for want of a
+// network plugin), and reach the API server at PodAPIServer() through
+// KUBERNETES_SERVICE_HOST and _PORT. The kubelet refuses a loopback node
+// address, so the API server cannot reach it for `kubectl logs`; PodLogs
+// reads the log files instead. Stop deletes the pods and waits for the
+// kubelet to stop them, then kills whatever is left in the node's cgroups
+// and containerd's shims, and unmounts what is still mounted under Dir; a
+// later Start sweeps what a test binary killed mid-run left behind.
+//
 // Without ControllerManager no controller runs: a deleted namespace stays
 // Terminating, owner references are not garbage collected and Deployments get
 // no ReplicaSets. Set ControllerManager when a test depends on those.

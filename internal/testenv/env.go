@@ -26,6 +26,12 @@ type Options struct {
 	// ControllerManager also starts kube-controller-manager with its default
 	// controllers (namespace deletion, garbage collection, PDB status, ...).
 	ControllerManager bool
+	// Node also starts containerd, kube-scheduler and a kubelet (and
+	// implies ControllerManager), so that pods really run: with host
+	// networking only, as the node has no CNI. See CheckNode for what the
+	// machine needs, and the package documentation for what pods must
+	// tolerate.
+	Node bool
 	// Progress receives one line per start-up step and the output of a
 	// binary build. Nil discards it.
 	Progress io.Writer
@@ -52,6 +58,7 @@ type Env struct {
 	client       kubernetes.Interface
 
 	etcd, apiServer, controllerManager *process
+	node                               *node
 }
 
 // Start starts etcd, kube-apiserver and, if asked, kube-controller-manager
@@ -104,11 +111,16 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err := e.writeConfig(); err != nil {
 		return nil, err
 	}
-	if opts.ControllerManager {
+	if opts.ControllerManager || opts.Node {
 		if err := e.startControllerManager(ctx); err != nil {
 			return nil, err
 		}
 		e.logf("kube-controller-manager ready after %s", since(begin))
+	}
+	if opts.Node {
+		if err := e.startNode(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if len(opts.CRDDirs) > 0 {
 		if err := InstallCRDs(ctx, e.Config, opts.CRDDirs...); err != nil {
@@ -120,11 +132,14 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	return e, nil
 }
 
-// Stop stops kube-controller-manager, then kube-apiserver, then etcd (in the
+// Stop stops the node if there is one (see stopNode), then
+// kube-controller-manager, then kube-apiserver, then etcd (in the
 // other order kube-apiserver hangs for a minute retrying etcd) and removes
 // Dir if Start created it. It is safe to call more than once.
 func (e *Env) Stop() error {
-	var errs []error
+	// The node goes first: it deletes its pods through the API server.
+	errs := []error{e.stopNode()}
+	e.node = nil
 	for _, p := range []*process{e.controllerManager, e.apiServer, e.etcd} {
 		if p != nil {
 			errs = append(errs, p.stop())
