@@ -66,6 +66,8 @@ func startDaemonWith(t testing.TB, root *reconciler.RootOptions, tune func(*reco
 	opts.MetricsAddr, opts.HealthAddr = "0", "0"
 	opts.Reconciler.WaitSlice = 3 * time.Second
 	opts.Root = root
+	// One daemon per test, in-process: nobody to elect.
+	opts.LeaderElection.Enabled = false
 	if tune != nil {
 		tune(&opts)
 	}

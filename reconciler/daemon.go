@@ -56,6 +56,8 @@ type Options struct {
 	// Webhook, when set, serves the push receiver: an authentic push for a
 	// followed branch reconciles its deployments at once.
 	Webhook *WebhookOptions
+	// LeaderElection makes one of several replicas act.
+	LeaderElection LeaderElectionOptions
 }
 
 // DefaultOptions returns the options `capstan run` starts with.
@@ -66,6 +68,7 @@ func DefaultOptions() Options {
 		Workers:          4,
 		ApplyConcurrency: 16,
 		Reconciler:       DefaultReconcilerOptions(),
+		LeaderElection:   DefaultLeaderElectionOptions(),
 	}
 }
 
@@ -79,6 +82,7 @@ type Daemon struct {
 	stop       chan struct{}
 	stopOnce   sync.Once
 	done       chan struct{}
+	identity   string
 }
 
 // Scheme returns a scheme with the built-in kinds and Capstan's API.
@@ -98,7 +102,9 @@ func New(opts Options) (*Daemon, error) {
 		opts.Reconciler = DefaultReconcilerOptions()
 	}
 	scheme := Scheme()
-	mgr, err := ctrl.NewManager(opts.Config, ctrl.Options{
+	le := opts.LeaderElection
+	id := identity()
+	mgrOpts := ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress: opts.HealthAddr,
@@ -107,7 +113,18 @@ func New(opts Options) (*Daemon, error) {
 			// Secret in the cluster would cost memory and RBAC.
 			DisableFor: []client.Object{&corev1.Secret{}},
 		}},
-	})
+	}
+	if le.Enabled {
+		lock, err := newLeaseLock(opts.Config, le, id)
+		if err != nil {
+			return nil, fmt.Errorf("new daemon: %w", err)
+		}
+		mgrOpts.LeaderElection = true
+		mgrOpts.LeaderElectionResourceLockInterface = lock
+		mgrOpts.LeaderElectionReleaseOnCancel = true
+		mgrOpts.LeaseDuration, mgrOpts.RenewDeadline, mgrOpts.RetryPeriod = &le.LeaseDuration, &le.RenewDeadline, &le.RetryPeriod
+	}
+	mgr, err := ctrl.NewManager(opts.Config, mgrOpts)
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: create manager: %w", err)
 	}
@@ -155,7 +172,7 @@ func New(opts Options) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: register controller: %w", err)
 	}
-	d := &Daemon{manager: mgr, reconciler: r, stop: make(chan struct{}), done: make(chan struct{})}
+	d := &Daemon{manager: mgr, reconciler: r, stop: make(chan struct{}), done: make(chan struct{}), identity: id}
 	if opts.Root != nil {
 		root, err := newRootSource(*opts.Root, mgr.GetClient(), r.sources)
 		if err != nil {
@@ -166,14 +183,14 @@ func New(opts Options) (*Daemon, error) {
 		}
 		d.root = root
 		if w, ok := opts.Root.Source.(WatchedSource); ok {
-			trigger := &pushTrigger{client: mgr.GetClient(), root: root, enqueue: pushes}
+			trigger := &pushTrigger{client: mgr.GetClient(), root: root, enqueue: pushes, elected: mgr.Elected()}
 			if err := mgr.Add(&sourceWatcher{source: w, trigger: trigger, url: root.opts.URL, branch: root.opts.Branch}); err != nil {
 				return nil, fmt.Errorf("new daemon: add source watcher: %w", err)
 			}
 		}
 	}
 	if opts.Webhook != nil {
-		srv, err := newWebhookServer(*opts.Webhook, &pushTrigger{client: mgr.GetClient(), root: d.root, enqueue: pushes})
+		srv, err := newWebhookServer(*opts.Webhook, &pushTrigger{client: mgr.GetClient(), root: d.root, enqueue: pushes, elected: mgr.Elected()})
 		if err != nil {
 			return nil, fmt.Errorf("new daemon: %w", err)
 		}
@@ -233,6 +250,13 @@ func (d *Daemon) RootStatus() RootStatus {
 	return d.root.status()
 }
 
+// Identity is this daemon's name in the leader Lease.
+func (d *Daemon) Identity() string { return d.identity }
+
+// Elected is closed once this daemon leads (at once without leader
+// election).
+func (d *Daemon) Elected() <-chan struct{} { return d.manager.Elected() }
+
 // Reconciler returns the daemon's reconciler (for its Stats).
 func (d *Daemon) Reconciler() *Reconciler { return d.reconciler }
 
@@ -248,7 +272,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}()
-	return d.manager.Start(ctx)
+	go func() {
+		select {
+		case <-d.manager.Elected():
+			ctrl.Log.WithName("leader").Info("leading: this replica acts now", "identity", d.identity)
+		case <-ctx.Done():
+		}
+	}()
+	if err := d.manager.Start(ctx); err != nil {
+		return fmt.Errorf("daemon stopped: %w (with leader election on, a replica that lost its Lease exits and is restarted)", err)
+	}
+	return nil
 }
 
 // Close stops a running daemon and waits until Run has returned, at most

@@ -47,6 +47,7 @@ func TestReadyzFailsWhileCachesHaveNotSynced(t *testing.T) {
 	opts.Config = &rest.Config{Host: "http://" + dead}
 	opts.MetricsAddr, opts.HealthAddr = "0", health
 	opts.MetricsRegistry = prometheus.NewRegistry()
+	opts.LeaderElection.Enabled = false
 	d, err := reconciler.New(opts)
 	if err != nil {
 		t.Fatal(err)

@@ -37,6 +37,9 @@ type pushTrigger struct {
 	client  client.Client
 	root    *rootSource
 	enqueue chan<- event.GenericEvent
+	// elected is closed once this replica leads; a standby ignores pushes
+	// (nothing would drain them), and the leader's poll catches up.
+	elected <-chan struct{}
 }
 
 var _ webhook.Trigger = (*pushTrigger)(nil)
@@ -54,6 +57,14 @@ func (p *pushTrigger) Match(repoURLs []string, branch string) (string, bool) {
 
 func (p *pushTrigger) Trigger(ctx context.Context, repoURL, branch string) {
 	logger := log.FromContext(ctx).WithName("webhook")
+	if p.elected != nil {
+		select {
+		case <-p.elected:
+		default:
+			logger.Info("push received by a standby replica; ignored, the leader's poll picks it up", "repository", repoURL, "branch", branch)
+			return
+		}
+	}
 	for _, f := range p.followed(ctx) {
 		if !webhook.SameRepository(repoURL, f.url) || (branch != "" && branch != f.branch) {
 			continue

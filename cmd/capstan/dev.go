@@ -156,6 +156,8 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	opts.Root = root
 	opts.MetricsAddr, opts.HealthAddr = "0", "0"
 	opts.Reconciler.WaitSlice = 5 * time.Second
+	// One daemon on a throw-away control plane: nothing to elect.
+	opts.LeaderElection.Enabled = false
 	d, err := reconciler.New(opts)
 	if err != nil {
 		return err

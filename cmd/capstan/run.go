@@ -105,6 +105,7 @@ type daemonFlags struct {
 	waitSlice               time.Duration
 	logFormat               string
 	webhookAddr             string
+	leader                  reconciler.LeaderElectionOptions
 }
 
 func (f *daemonFlags) BindFlags(fs *pflag.FlagSet) {
@@ -115,6 +116,12 @@ func (f *daemonFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&f.concurrency, "apply-concurrency", d.ApplyConcurrency, "objects of one stage applied in parallel")
 	fs.DurationVar(&f.waitSlice, "wait-slice", d.Reconciler.WaitSlice, "how long one attempt waits for a stage before it records progress")
 	fs.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
+	fs.BoolVar(&f.leader.Enabled, "leader-elect", d.LeaderElection.Enabled, "elect a leader through a Lease, so that of several replicas only one acts")
+	fs.StringVar(&f.leader.Namespace, "leader-election-namespace", "", "namespace of the leader Lease (default: the pod's namespace, else capstan-system)")
+	fs.StringVar(&f.leader.ID, "leader-election-id", d.LeaderElection.ID, "name of the leader Lease")
+	fs.DurationVar(&f.leader.LeaseDuration, "leader-election-lease-duration", d.LeaderElection.LeaseDuration, "how long a standby waits after the leader's last renewal before it takes over")
+	fs.DurationVar(&f.leader.RenewDeadline, "leader-election-renew-deadline", d.LeaderElection.RenewDeadline, "how long the leader tries to renew before it stops acting and exits")
+	fs.DurationVar(&f.leader.RetryPeriod, "leader-election-retry-period", d.LeaderElection.RetryPeriod, "how often candidates try to take or renew the Lease")
 	fs.StringVar(&f.webhookAddr, "webhook-addr", "", `address of the push receiver (POST /hook/github|gitlab|gitea|generic), e.g. ":9292"; secrets come from $CAPSTAN_WEBHOOK_GITHUB_SECRET, $CAPSTAN_WEBHOOK_GITLAB_TOKEN, $CAPSTAN_WEBHOOK_GITEA_SECRET, $CAPSTAN_WEBHOOK_TOKEN`)
 }
 
@@ -145,6 +152,7 @@ func newRunCommand() *cobra.Command {
 			opts.Workers, opts.ApplyConcurrency = daemon.workers, daemon.concurrency
 			opts.Reconciler.WaitSlice = daemon.waitSlice
 			opts.Webhook = daemon.webhook()
+			opts.LeaderElection = daemon.leader
 			d, err := reconciler.New(opts)
 			if err != nil {
 				return err
