@@ -10,6 +10,7 @@ import (
 
 	"github.com/fluxcd/pkg/ssa"
 	"golang.org/x/sync/errgroup"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -342,7 +343,22 @@ func classifyApplyError(obj *unstructured.Unstructured, err error) error {
 	if isInvalid(err) {
 		return Stalled(wrapped)
 	}
+	if isRBACDenied(err) {
+		// Retryable: granting the permission heals the stage at the same
+		// revision.
+		return fmt.Errorf("%w; grant Capstan's ServiceAccount this permission with a ClusterRole labelled %s: \"true\" (docs/install.md#rbac)", wrapped, AggregateToApplyLabel)
+	}
 	return wrapped
+}
+
+// AggregateToApplyLabel marks the ClusterRoles whose rules the
+// capstan-apply ClusterRole aggregates: the kinds Capstan may apply.
+const AggregateToApplyLabel = "capstan.dev/aggregate-to-apply"
+
+// isRBACDenied reports a request the authorizer refused ("User ... cannot
+// patch resource ..."), as opposed to a Forbidden from admission.
+func isRBACDenied(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), " cannot ")
 }
 
 func splitDefinitions(objects []*unstructured.Unstructured) (first, rest []*unstructured.Unstructured) {

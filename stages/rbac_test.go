@@ -1,0 +1,44 @@
+package stages
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+func TestApplyErrorsForbiddenByRBACSayHowToGrant(t *testing.T) {
+	obj := &unstructured.Unstructured{}
+	obj.SetAPIVersion("v1")
+	obj.SetKind("ConfigMap")
+	obj.SetNamespace("apps")
+	obj.SetName("extra")
+	gr := schema.GroupResource{Resource: "configmaps"}
+	for _, tc := range []struct {
+		name      string
+		err       error
+		wantHint  bool
+		wantStall bool
+	}{
+		{"RBAC refuses the verb", apierrors.NewForbidden(gr, "extra", errors.New(`User "system:serviceaccount:capstan-system:capstan" cannot patch resource "configmaps" in API group "" in the namespace "apps"`)), true, false},
+		{"admission refuses a terminating namespace", apierrors.NewForbidden(gr, "extra", errors.New("unable to create new content in namespace apps because it is being terminated")), false, false},
+		{"an invalid object stalls", apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "extra", nil), false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := classifyApplyError(obj, tc.err)
+			msg := err.Error()
+			if !strings.Contains(msg, "ConfigMap/apps/extra") || !strings.Contains(msg, tc.err.Error()) {
+				t.Errorf("error %q does not keep the object and the API server's words", msg)
+			}
+			if got := strings.Contains(msg, AggregateToApplyLabel); got != tc.wantHint {
+				t.Errorf("error %q: hint present %v, want %v", msg, got, tc.wantHint)
+			}
+			if IsStalled(err) != tc.wantStall {
+				t.Errorf("stalled %v, want %v: RBAC can be fixed at the same revision", IsStalled(err), tc.wantStall)
+			}
+		})
+	}
+}
