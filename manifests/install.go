@@ -72,6 +72,13 @@ func (i *Installer) Apply(ctx context.Context, objs []*unstructured.Unstructured
 	}
 	fmt.Fprintf(i.progress, "applied %d objects: %d created, %d configured, %d unchanged\n",
 		len(cs.Entries), counts[ssa.CreatedAction], counts[ssa.ConfiguredAction], counts[ssa.UnchangedAction])
+	if n := counts[ssa.ConfiguredAction]; n > 0 && n <= 10 {
+		for _, e := range cs.Entries {
+			if e.Action == ssa.ConfiguredAction {
+				fmt.Fprintf(i.progress, "  configured %s\n", e.Subject)
+			}
+		}
+	}
 	return cs, nil
 }
 

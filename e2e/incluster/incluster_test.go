@@ -185,7 +185,7 @@ func TestCapstanInCluster(t *testing.T) {
 		{"install runs the daemon as a pod that takes the lease", testInstall},
 		{"the daemon reconciles the root repository under its ServiceAccount", testReconciles},
 		{"a second install changes nothing", testInstallAgain},
-		{"a standby takes over a stage in progress without applying it again", testFailover},
+		{"another replica takes over a stage in progress without applying it again", testFailover},
 		{"a permission RBAC lacks is named in status, and granting it heals", testMissingPermission},
 		{"uninstall refuses while ClusterDeployments exist, then removes everything", testUninstall},
 	} {
@@ -278,7 +278,7 @@ func testFailover(t *testing.T, c client.Client) {
 	ctx := t.Context()
 	standby := startStandby(t)
 	waitFor(t, "the standby to run and wait for the lease", func() (bool, string, error) {
-		return strings.Contains(standby.log.String(), "attempting to acquire leader lease"), tail(standby.log.String(), 3), nil
+		return strings.Contains(strings.ToLower(standby.log.String()), "attempting to acquire leader lease"), tail(standby.log.String(), 3), nil
 	})
 	oldHolder := leaseHolder(t, c)
 
@@ -312,14 +312,18 @@ func testFailover(t *testing.T, c client.Client) {
 	})
 	t.Logf("lease passed from %s to %s %s after the leader's pod was deleted", oldHolder, newHolder, time.Since(killed).Round(100*time.Millisecond))
 
+	begin := time.Now()
 	annotate(t, c, "gate", "gate", "open")
 	cd := waitReady(t, c)
+	t.Logf("gate opened; Ready %s later", time.Since(begin).Round(100*time.Millisecond))
 	after := stage(cd, "Gate")
 	if !after.AppliedAt.Equal(gate.AppliedAt) {
 		t.Errorf("stage Gate was applied again after the failover: appliedAt %s, then %s", gate.AppliedAt, after.AppliedAt)
 	}
 	t.Logf("stage Gate: applied %s, ready %s, %d attempts", after.AppliedAt, after.FinishedAt, after.Attempts)
+	begin = time.Now()
 	standby.stop(t)
+	t.Logf("standby stopped in %s", time.Since(begin).Round(100*time.Millisecond))
 	waitFor(t, "the Deployment's new pod to be Ready", func() (bool, string, error) {
 		p := daemonPod(t, c)
 		return p.UID != pod.UID && podReady(p), p.Name + " " + string(p.Status.Phase), nil
@@ -378,7 +382,7 @@ func testMissingPermission(t *testing.T, c client.Client) {
 		msg = s.Message
 		return strings.Contains(cd.Status.Revision, commit[:8]) && s.State == capstanv1.StageFailed, fmt.Sprintf("%s: %s", s.State, s.Message), nil
 	})
-	for _, want := range []string{"forbidden", sa, `"configmaps"`, "ConfigMap " + appNS + "/extra"} {
+	for _, want := range []string{"forbidden", sa, `"configmaps"`, "ConfigMap/" + appNS + "/extra"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("stage Config says %q; want it to name %q", msg, want)
 		}
