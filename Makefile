@@ -10,14 +10,17 @@ CONTROLLER_GEN_VERSION := v0.23.0
 
 export CAPSTAN_TESTBIN_DIR := $(TESTBIN_DIR)
 
-# The image `make image` builds. With IMAGE_REPO given (on the command line
-# or in the environment) it is also pushed there; the default only writes
-# bin/capstan-image.tar.
+# The image `make image` builds. It is pushed when PUSH=1, or when IMAGE_REPO
+# or IMAGE is given on the command line or in the environment (a registry
+# you named is one you mean to push to); the defaults only write
+# bin/capstan-image.tar. The image's labels carry IMAGE_SOURCE and the
+# commit; its creation time is the commit's, so a commit gives one digest.
 IMAGE_REPO      ?= ghcr.io/capstan-dev/capstan
 IMAGE_TAG       ?= $(VERSION)
 IMAGE           ?= $(IMAGE_REPO):$(IMAGE_TAG)
 IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
-IMAGE_PUSH      := $(if $(filter command line environment,$(origin IMAGE_REPO)),--push)
+IMAGE_SOURCE    ?= https://github.com/capstan-dev/capstan
+IMAGE_PUSH      := $(if $(or $(filter 1,$(PUSH)),$(filter command line environment,$(origin IMAGE_REPO) $(origin IMAGE))),--push)
 
 .PHONY: all build dev test unit e2e bench bench-sources testbin generate fmt vet tools clean image set-image
 
@@ -26,12 +29,17 @@ all: build
 build: ## Build bin/capstan
 	$(GO) build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/capstan
 
-image: ## Build Capstan's image without Docker (static, nonroot, linux/amd64 + linux/arm64) into bin/capstan-image.tar; IMAGE_REPO=host:port/capstan also pushes it
+image: ## Build Capstan's image without Docker (static, nonroot 65532, linux/amd64 + linux/arm64) into bin/capstan-image.tar (`ctr -n k8s.io images import --all-platforms` reads it); PUSH=1 or IMAGE_REPO=host:port/capstan also pushes it. Leaves the tree clean: see set-image
 	$(GO) run ./internal/image/cmd/capstan-image build --ref $(IMAGE) --version $(VERSION) \
-		--revision $$(git rev-parse HEAD) --platforms $(IMAGE_PLATFORMS) --out bin/capstan-image.tar $(IMAGE_PUSH)
+		--revision $$(git rev-parse HEAD) --source $(IMAGE_SOURCE) --platforms $(IMAGE_PLATFORMS) \
+		--go $(GO) --out bin/capstan-image.tar $(IMAGE_PUSH)
 
-set-image: ## Point manifests/kustomization.yaml (what `kubectl apply -k manifests/` and `capstan install` use) at IMAGE; a release step, so `make image` leaves the tree clean
-	$(GO) run ./internal/image/cmd/capstan-image set-image --ref $(IMAGE)
+# set-image is separate from image on purpose: building an image must not
+# edit a tracked file, while pointing the manifests at an image is a release
+# step that is committed.
+set-image: ## Point manifests/kustomization.yaml (what `kubectl apply -k manifests/` and `capstan install` use) at IMAGE (REPO:TAG or REPO@DIGEST); a release step, so `make image` leaves the tree clean
+	$(GO) run ./internal/image/cmd/capstan-image set-image --kustomization manifests/kustomization.yaml \
+		--name capstan --ref $(IMAGE)
 
 dev: tools ## The demo: a local control plane, examples/ in a local git repository, the provider simulator and the reconciler; shows the mgmt cluster's stages until Ready
 	$(GO) run ./cmd/capstan dev $(DEV_FLAGS)

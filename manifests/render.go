@@ -8,6 +8,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -57,6 +58,9 @@ type Options struct {
 // Source is the root source the daemon follows.
 type Source struct {
 	URL, Branch, Path, Username string
+	// Interval is how often the source is polled, e.g. "1m"; empty keeps
+	// the default. A push webhook makes a long interval cheap.
+	Interval string
 }
 
 // Objects renders the install manifests with opts: CRDs, Namespace, RBAC,
@@ -164,6 +168,11 @@ func kustomization(opts Options) ([]byte, error) {
 			k.ConfigMapGenerator[i].LiteralSources = sourceLiterals(k.ConfigMapGenerator[i].LiteralSources, opts.Source)
 		}
 	}
+	if opts.Source.Interval != "" {
+		if d, err := time.ParseDuration(opts.Source.Interval); err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("source interval %q: want a positive duration such as 1m", opts.Source.Interval))
+		}
+	}
 	if opts.Replicas > 0 {
 		k.Replicas = append(k.Replicas, types.Replica{Name: "capstan", Count: int64(opts.Replicas)})
 	}
@@ -221,6 +230,7 @@ func sourceLiterals(literals []string, src Source) []string {
 		"CAPSTAN_BRANCH":          src.Branch,
 		"CAPSTAN_PATH":            src.Path,
 		"CAPSTAN_SOURCE_USERNAME": src.Username,
+		"CAPSTAN_INTERVAL":        src.Interval,
 	}
 	out := make([]string, 0, len(literals))
 	for _, l := range literals {

@@ -85,7 +85,7 @@ func TestObjectsOptions(t *testing.T) {
 	objs, err := manifests.Objects(manifests.Options{
 		Image:     "127.0.0.1:5000/capstan:v1.2.3",
 		Namespace: "ops",
-		Source:    manifests.Source{URL: "https://git.example/infra.git", Branch: "prod", Username: "bot"},
+		Source:    manifests.Source{URL: "https://git.example/infra.git", Branch: "prod", Username: "bot", Interval: "10s"},
 		Replicas:  2, HostNetwork: true, APIServer: "127.0.0.1:6443",
 		MetricsPort: 18080, HealthPort: 18081,
 		Patches: []types.Patch{{Patch: "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: capstan}\nspec: {template: {metadata: {annotations: {team: infra}}}}"}},
@@ -147,7 +147,7 @@ func TestObjectsOptions(t *testing.T) {
 		t.Errorf("the user's patch was not applied: annotation team=%q", a)
 	}
 	cm := find(t, objs, "ConfigMap", "capstan-source")
-	for k, want := range map[string]string{"CAPSTAN_SOURCE": "https://git.example/infra.git", "CAPSTAN_BRANCH": "prod", "CAPSTAN_PATH": "clusters", "CAPSTAN_SOURCE_USERNAME": "bot"} {
+	for k, want := range map[string]string{"CAPSTAN_SOURCE": "https://git.example/infra.git", "CAPSTAN_BRANCH": "prod", "CAPSTAN_PATH": "clusters", "CAPSTAN_SOURCE_USERNAME": "bot", "CAPSTAN_INTERVAL": "10s"} {
 		if got := str(t, cm, "data", k); got != want {
 			t.Errorf("ConfigMap %s=%q, want %q", k, got, want)
 		}
@@ -163,6 +163,7 @@ func TestObjectsRefusesBadOptions(t *testing.T) {
 		{"image with a space", manifests.Options{Image: "my image"}, `image "my image": want REPOSITORY[:TAG][@DIGEST]`},
 		{"digest without algorithm", manifests.Options{Image: "reg/capstan@abc"}, `digest "abc": want algorithm:hex`},
 		{"API server without port", manifests.Options{APIServer: "10.0.0.1"}, `API server address "10.0.0.1": want host:port`},
+		{"interval not a duration", manifests.Options{Source: manifests.Source{Interval: "often"}}, `source interval "often": want a positive duration`},
 		{"port out of range", manifests.Options{HealthPort: 70000}, "health port 70000: want 1-65535"},
 		{"patch without a name", manifests.Options{Patches: []types.Patch{{Patch: "kind: Deployment\nspec: {replicas: 3}"}}}, "a strategic-merge patch names its object's kind and metadata.name"},
 		{"patch of nothing", manifests.Options{Patches: []types.Patch{{Patch: "apiVersion: v1\nkind: Pod\nmetadata: {name: nope}"}}}, `patch 1: the install manifests have no Pod "nope"`},

@@ -31,6 +31,7 @@ func (f *installFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.opts.Source.URL, "source", "", "git URL of the root source: every ClusterDeployment under --path is applied and reconciled (default: none)")
 	fs.StringVar(&f.opts.Source.Branch, "branch", "", "branch of the root source (default main)")
 	fs.StringVar(&f.opts.Source.Path, "path", "", "path in the root source holding ClusterDeployment files (default clusters)")
+	fs.StringVar(&f.opts.Source.Interval, "interval", "", "how often the root source is polled (default 1m)")
 	fs.StringVar(&f.opts.Source.Username, "source-username", "", "user for an https root source; put the password in Secret capstan-secrets, key CAPSTAN_SOURCE_PASSWORD")
 	fs.Int32Var(&f.opts.Replicas, "replicas", 1, "replicas of the daemon; all but the leader stand by")
 	fs.BoolVar(&f.opts.HostNetwork, "host-network", false, "run in the node's network and tolerate not-ready nodes (a cluster without a CNI yet)")

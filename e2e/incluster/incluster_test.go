@@ -128,7 +128,7 @@ func installArgs(t *testing.T) []string {
 	t.Helper()
 	args := []string{"install", "--image", imageRef,
 		"--source", gitURL(), "--branch", "main", "--path", "clusters", "--source-username", gitUser,
-		"--timeout", "4m"}
+		"--interval", "2s", "--timeout", "4m"}
 	if cl.HostNetwork() {
 		args = append(args, "--host-network",
 			"--metrics-port", strconv.Itoa(ports.metrics), "--health-port", strconv.Itoa(ports.health))
@@ -576,7 +576,7 @@ func startStandby(t *testing.T) *standby {
 	t.Helper()
 	s := &standby{log: &syncBuffer{}, metricsAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t))), done: make(chan error, 1)}
 	s.cmd = exec.Command(binPath, "run", "--kubeconfig", saKubeconfig(t),
-		"--source", gitURL(), "--branch", "main", "--path", "clusters", "--source-username", gitUser,
+		"--source", gitURL(), "--branch", "main", "--path", "clusters", "--source-username", gitUser, "--interval", "2s",
 		"--leader-elect", "--leader-election-namespace", capstanNS,
 		"--metrics-addr", s.metricsAddr, "--health-addr", "0", "--log-format", "text")
 	s.cmd.Env = append(os.Environ(), "CAPSTAN_SOURCE_PASSWORD="+gitPassword)
