@@ -74,7 +74,7 @@ spec:
 	return files
 }
 
-func newClient(t *testing.T) client.Client {
+func newClient(t testing.TB) client.Client {
 	t.Helper()
 	c, err := client.New(cl.Config(), client.Options{Scheme: reconciler.Scheme()})
 	if err != nil {
@@ -85,7 +85,7 @@ func newClient(t *testing.T) client.Client {
 
 // waitFor polls cond every 200 ms until it holds, failing the test with
 // what it last saw at the deadline.
-func waitFor(t *testing.T, what string, cond func() (bool, string, error)) {
+func waitFor(t testing.TB, what string, cond func() (bool, string, error)) {
 	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	last := ""
@@ -109,7 +109,7 @@ func waitFor(t *testing.T, what string, cond func() (bool, string, error)) {
 
 // capstan runs the capstan binary against the cluster and returns what it
 // printed.
-func capstan(t *testing.T, args ...string) (string, error) {
+func capstan(t testing.TB, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
@@ -124,7 +124,7 @@ func gitURL() string {
 }
 
 // installArgs are the flags every install in this suite uses.
-func installArgs(t *testing.T) []string {
+func installArgs(t testing.TB) []string {
 	t.Helper()
 	args := []string{"install", "--image", imageRef,
 		"--source", gitURL(), "--branch", "main", "--path", "clusters", "--source-username", gitUser,
@@ -142,7 +142,7 @@ func installArgs(t *testing.T) []string {
 // ports are the node ports of the daemon's pod on a host-network node.
 var ports struct{ metrics, health int }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -458,7 +458,7 @@ func stage(cd *capstanv1.ClusterDeployment, name string) capstanv1.StageStatus {
 }
 
 // waitReady waits until the demo deployment is Ready at the newest commit.
-func waitReady(t *testing.T, c client.Client) *capstanv1.ClusterDeployment {
+func waitReady(t testing.TB, c client.Client) *capstanv1.ClusterDeployment {
 	t.Helper()
 	var cd *capstanv1.ClusterDeployment
 	waitFor(t, "ClusterDeployment demo Ready", func() (bool, string, error) {
@@ -477,7 +477,7 @@ func waitReady(t *testing.T, c client.Client) *capstanv1.ClusterDeployment {
 }
 
 // daemonPod returns the one pod of the Deployment that is not being deleted.
-func daemonPod(t *testing.T, c client.Client) *corev1.Pod {
+func daemonPod(t testing.TB, c client.Client) *corev1.Pod {
 	t.Helper()
 	var pod *corev1.Pod
 	waitFor(t, "one pod of Deployment capstan", func() (bool, string, error) {
@@ -509,7 +509,7 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-func leaseHolder(t *testing.T, c client.Client) string {
+func leaseHolder(t testing.TB, c client.Client) string {
 	t.Helper()
 	var l coordinationv1.Lease
 	if err := c.Get(t.Context(), client.ObjectKey{Namespace: capstanNS, Name: manifests.LeaseName}, &l); err != nil {
@@ -521,7 +521,7 @@ func leaseHolder(t *testing.T, c client.Client) string {
 	return ptr.Deref(l.Spec.HolderIdentity, "")
 }
 
-func annotate(t *testing.T, c client.Client, name, key, value string) {
+func annotate(t testing.TB, c client.Client, name, key, value string) {
 	t.Helper()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: appNS, Name: name}}
 	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, key, value))
@@ -538,7 +538,7 @@ func tail(s string, n int) string {
 // saKubeconfig writes a kubeconfig that authenticates as the daemon's
 // ServiceAccount with a token from the TokenRequest API: a second daemon
 // outside the cluster with exactly the pod's permissions.
-func saKubeconfig(t *testing.T) string {
+func saKubeconfig(t testing.TB) string {
 	t.Helper()
 	cs, err := kubernetes.NewForConfig(cl.Config())
 	if err != nil {
@@ -572,7 +572,7 @@ type standby struct {
 	done        chan error
 }
 
-func startStandby(t *testing.T) *standby {
+func startStandby(t testing.TB) *standby {
 	t.Helper()
 	s := &standby{log: &syncBuffer{}, metricsAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t))), done: make(chan error, 1)}
 	s.cmd = exec.Command(binPath, "run", "--kubeconfig", saKubeconfig(t),
@@ -589,7 +589,7 @@ func startStandby(t *testing.T) *standby {
 	return s
 }
 
-func (s *standby) stop(t *testing.T) {
+func (s *standby) stop(t testing.TB) {
 	if s.cmd.ProcessState != nil {
 		return
 	}
@@ -606,7 +606,7 @@ func (s *standby) stop(t *testing.T) {
 }
 
 // metric sums a counter's samples from the standby's /metrics.
-func (s *standby) metric(t *testing.T, name string) float64 {
+func (s *standby) metric(t testing.TB, name string) float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + s.metricsAddr + "/metrics")
 	if err != nil {
