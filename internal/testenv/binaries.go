@@ -71,20 +71,30 @@ func EnsureBinaries(ctx context.Context, progress io.Writer) (string, error) {
 // runBuildScript runs build.sh and returns the directory it prints last.
 func runBuildScript(ctx context.Context, script string, progress io.Writer) (string, error) {
 	fmt.Fprintf(progress, "testenv: building test binaries with %s (takes minutes the first time)\n", script)
+	dir, err := runScript(ctx, script, progress)
+	if err != nil {
+		return "", fmt.Errorf("build test binaries: %w", err)
+	}
+	if missing := missingBinaries(dir); len(missing) > 0 {
+		return "", fmt.Errorf("build test binaries with %s: %s missing in %s afterwards", script, strings.Join(missing, ", "), dir)
+	}
+	return dir, nil
+}
+
+// runScript runs a build script that prints the directory it filled as its
+// last line on stdout, streaming its stderr to progress.
+func runScript(ctx context.Context, script string, progress io.Writer) (string, error) {
 	var stdout bytes.Buffer
 	cmd := exec.CommandContext(ctx, "bash", script)
 	cmd.Stdout = &stdout
 	cmd.Stderr = progress
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build test binaries with %s: %w", script, err)
+		return "", fmt.Errorf("run %s: %w", script, err)
 	}
 	out := strings.TrimSpace(stdout.String())
 	dir := strings.TrimSpace(out[strings.LastIndex(out, "\n")+1:])
 	if dir == "" {
-		return "", fmt.Errorf("build test binaries with %s: it printed no directory", script)
-	}
-	if missing := missingBinaries(dir); len(missing) > 0 {
-		return "", fmt.Errorf("build test binaries with %s: %s missing in %s afterwards", script, strings.Join(missing, ", "), dir)
+		return "", fmt.Errorf("run %s: it printed no directory", script)
 	}
 	return dir, nil
 }

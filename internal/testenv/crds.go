@@ -46,6 +46,11 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, paths ...string) error {
 	if err != nil {
 		return err
 	}
+	return installCRDDocs(ctx, cfg, docs)
+}
+
+// installCRDDocs applies the CRDs and waits until each is served.
+func installCRDDocs(ctx context.Context, cfg *rest.Config, docs []crdDoc) error {
 	client, err := apiextensionsclient.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("install CRDs: create client: %w", err)

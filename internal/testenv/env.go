@@ -32,6 +32,13 @@ type Options struct {
 	// machine needs, and the package documentation for what pods must
 	// tolerate.
 	Node bool
+	// Providers also runs the real Cluster API and Metal3 controllers
+	// (Providers: core, kubeadm bootstrap and control plane, CAPM3, IPAM
+	// and the BareMetal Operator in test mode) as processes, built from
+	// their Go modules by e2e/providers/build.sh, after installing their
+	// CRDs with conversion webhooks and their admission webhooks served on
+	// 127.0.0.1, as a release does in a real management cluster.
+	Providers bool
 	// Progress receives one line per start-up step and the output of a
 	// binary build. Nil discards it.
 	Progress io.Writer
@@ -59,6 +66,7 @@ type Env struct {
 
 	etcd, apiServer, controllerManager *process
 	node                               *node
+	providers                          []*process
 }
 
 // Start starts etcd, kube-apiserver and, if asked, kube-controller-manager
@@ -128,17 +136,22 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		}
 		e.logf("CRDs established after %s", since(begin))
 	}
+	if opts.Providers {
+		if err := e.startProviders(ctx); err != nil {
+			return nil, err
+		}
+	}
 	e.logf("control plane ready in %s, kubeconfig %s", since(begin), e.KubeconfigPath)
 	return e, nil
 }
 
-// Stop stops the node if there is one (see stopNode), then
-// kube-controller-manager, then kube-apiserver, then etcd (in the
+// Stop stops the node if there is one (see stopNode), then the
+// providers, then kube-controller-manager, then kube-apiserver, then etcd (in the
 // other order kube-apiserver hangs for a minute retrying etcd) and removes
 // Dir if Start created it. It is safe to call more than once.
 func (e *Env) Stop() error {
 	// The node goes first: it deletes its pods through the API server.
-	errs := []error{e.stopNode()}
+	errs := []error{e.stopNode(), e.stopProviders()}
 	e.node = nil
 	for _, p := range []*process{e.controllerManager, e.apiServer, e.etcd} {
 		if p != nil {

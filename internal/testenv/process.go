@@ -43,9 +43,10 @@ type process struct {
 }
 
 // startProcess starts bin with args, sending stdout and stderr to
-// <dir>/<name>.log, which a retry on other ports overwrites. The process
+// <dir>/<name>.log, which a retry on other ports overwrites. env is added
+// to the test process's environment. The process
 // outlives ctx: ctx only bounds the start.
-func startProcess(ctx context.Context, dir, name, bin string, args []string) (*process, error) {
+func startProcess(ctx context.Context, dir, name, bin string, args []string, env ...string) (*process, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
@@ -58,6 +59,9 @@ func startProcess(ctx context.Context, dir, name, bin string, args []string) (*p
 	// context is done, until Stop.
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = sysProcAttr()
