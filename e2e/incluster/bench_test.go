@@ -105,4 +105,3 @@ func scale(t testing.TB, c client.Client, replicas int32) {
 		t.Fatal(err)
 	}
 }
-

@@ -65,4 +65,9 @@ build kubeadm-control-plane-manager capi sigs.k8s.io/cluster-api/controlplane/ku
 build capm3-manager capm3 github.com/metal3-io/cluster-api-provider-metal3 "$capm3_version" "-s -w"
 build ipam-manager ipam github.com/metal3-io/ip-address-manager "$ipam_version" "-s -w"
 build baremetal-operator bmo github.com/metal3-io/baremetal-operator "$bmo_version" "$bmo_ldflags"
+# workload-clusters is Capstan's own program (the fake workload clusters on
+# Cluster API's in-memory API server library): its cache key is a hash of
+# its source and the module's go.sum, so an edit rebuilds it.
+wl_version=$(cat capi/go.sum capi/cmd/workload-clusters/*.go | sha256sum | cut -c1-16)
+build workload-clusters capi ./cmd/workload-clusters "$wl_version" "-s -w"
 echo "$dir"

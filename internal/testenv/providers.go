@@ -100,19 +100,24 @@ func EnsureProviders(ctx context.Context, progress io.Writer) (string, error) {
 	return dir, nil
 }
 
+// workloadClustersName is Capstan's own stand-in for the machines and the
+// workload clusters' API servers (e2e/providers/capi/cmd/workload-clusters).
+const workloadClustersName = "workload-clusters"
+
+// providerNames are the binaries EnsureProviders provides.
 func providerNames() []string {
-	names := make([]string, len(Providers))
-	for i, p := range Providers {
-		names[i] = p.Name
+	names := make([]string, 0, len(Providers)+1)
+	for _, p := range Providers {
+		names = append(names, p.Name)
 	}
-	return names
+	return append(names, workloadClustersName)
 }
 
 func missingProviders(dir string) []string {
 	var missing []string
-	for _, p := range Providers {
-		if st, err := os.Stat(filepath.Join(dir, p.Name)); err != nil || st.Mode()&0o111 == 0 {
-			missing = append(missing, p.Name)
+	for _, name := range providerNames() {
+		if st, err := os.Stat(filepath.Join(dir, name)); err != nil || st.Mode()&0o111 == 0 {
+			missing = append(missing, name)
 		}
 	}
 	return missing

@@ -108,7 +108,35 @@ func (e *Env) startProviders(ctx context.Context) error {
 		}
 		e.logf("%s ready after %s", p.Name, since(begin))
 	}
+	if err := e.startWorkloadClusters(ctx, binDir, client); err != nil {
+		return err
+	}
+	e.logf("%s ready after %s", workloadClustersName, since(begin))
 	return nil
+}
+
+// startWorkloadClusters runs the stand-in for the machines and the
+// workload clusters' API servers: it serves every Cluster whose
+// control-plane endpoint is on 127.0.0.1 (docs/providers.md). It listens
+// as soon as the cluster's CA exists (--early-listener), so Cluster API's
+// first connection to the new cluster succeeds instead of waiting out its
+// 30 s retry.
+func (e *Env) startWorkloadClusters(ctx context.Context, binDir string, client *http.Client) error {
+	ports, err := freePorts(1)
+	if err != nil {
+		return err
+	}
+	args := []string{
+		"--kubeconfig=" + e.KubeconfigPath,
+		"--health-addr=127.0.0.1:" + strconv.Itoa(ports[0]),
+		"--early-listener",
+	}
+	proc, err := startProcess(ctx, e.Dir, workloadClustersName, filepath.Join(binDir, workloadClustersName), args)
+	if err != nil {
+		return err
+	}
+	e.providers = append(e.providers, proc)
+	return proc.waitUntil(ctx, httpOK(client, "http://127.0.0.1:"+strconv.Itoa(ports[0])+"/readyz", ""))
 }
 
 // writeWebhookCerts gives the providers' webhook servers the env's serving
