@@ -42,7 +42,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -74,14 +73,13 @@ var (
 
 func main() {
 	var (
-		kubeconfig string
 		host       string
 		debugPort  int
 		withMetal3 bool
 		early      bool
 		healthAddr string
 	)
-	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the management cluster")
+	// --kubeconfig (the management cluster) is controller-runtime's flag.
 	flag.StringVar(&host, "host", "127.0.0.1", "host written in the serving certificates; endpoints must use it")
 	flag.IntVar(&debugPort, "debug-port", 0, "port of the mux debug server (0: any free port)")
 	flag.BoolVar(&withMetal3, "metal3", true, "watch Metal3Machines and BareMetalHosts (their CRDs must exist)")
@@ -130,7 +128,7 @@ func main() {
 	}
 	defer func() { _ = mux.Shutdown(context.Background()) }()
 
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		fail(log, err, "load kubeconfig")
 	}
