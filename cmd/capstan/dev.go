@@ -44,6 +44,7 @@ type devFlags struct {
 	timeout       time.Duration
 	verbose       bool
 	simSpeed      float64
+	providers     string
 }
 
 func newDevCommand() *cobra.Command {
@@ -77,10 +78,17 @@ Run it from a checkout of the Capstan repository.`,
 	fs.DurationVar(&f.timeout, "timeout", 15*time.Minute, "with --exit-when-ready, how long to wait for Ready (not counting the first build of the control plane)")
 	fs.BoolVar(&f.verbose, "verbose", false, "also print what the simulator does and the daemon's logs")
 	fs.Float64Var(&f.simSpeed, "sim-speed", 1, "speed-up of the simulated providers (10 = ten times faster than the demo pace)")
+	fs.StringVar(&f.providers, "providers", providersSim, "who builds the clusters: sim (the simulator, fast) or real (Cluster API, CAPM3, IPAM and the BareMetal Operator built from their modules, with BMO's demo hardware and fake workload clusters; docs/providers.md)")
 	return cmd
 }
 
 func runDev(ctx context.Context, out io.Writer, f devFlags) error {
+	if f.providers != providersSim && f.providers != providersReal {
+		return fmt.Errorf("--providers %q: want %s or %s", f.providers, providersSim, providersReal)
+	}
+	if f.providers == providersReal && f.dir != "" {
+		return fmt.Errorf("--providers real reads the examples through the local git repository, where it moves each cluster's API endpoint to 127.0.0.1; drop --dir")
+	}
 	if f.simSpeed <= 0 {
 		return fmt.Errorf("--sim-speed %g: want a positive factor (1 is the demo pace, 10 ten times faster, 0.5 half as fast)", f.simSpeed)
 	}
@@ -96,15 +104,22 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 		return fmt.Errorf("capstan dev runs from a checkout of the Capstan repository (it builds the control plane from e2e/testbin and reads examples/): %w", err)
 	}
 
-	p.step("control plane: etcd and kube-apiserver on loopback (the first run builds them from source, ~15 min on 2 cores)")
-	providers, err := testenv.ProviderCRDDirs(ctx)
-	if err != nil {
-		return fmt.Errorf("provider CRDs: %w", err)
-	}
-	env, err := testenv.Start(ctx, testenv.Options{
-		CRDDirs:  append([]string{filepath.Join(repo, "manifests", "crds")}, providers...),
+	envOpts := testenv.Options{
+		CRDDirs:  []string{filepath.Join(repo, "manifests", "crds")},
 		Progress: &indent{w: out, prefix: "    "},
-	})
+	}
+	if f.providers == providersReal {
+		p.step("control plane and the real providers on loopback (the first run builds them from source, ~25 min on 2 cores)")
+		envOpts.Providers = true
+	} else {
+		p.step("control plane: etcd and kube-apiserver on loopback (the first run builds them from source, ~15 min on 2 cores)")
+		providers, err := testenv.ProviderCRDDirs(ctx)
+		if err != nil {
+			return fmt.Errorf("provider CRDs: %w", err)
+		}
+		envOpts.CRDDirs = append(envOpts.CRDDirs, providers...)
+	}
+	env, err := testenv.Start(ctx, envOpts)
 	if err != nil {
 		return fmt.Errorf("start the control plane: %w", err)
 	}
@@ -132,14 +147,16 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	}
 	defer closeRoot()
 
-	simOpts := sim.DefaultOptions()
-	simOpts.Delays = scaleDelays(simOpts.Delays, f.simSpeed)
-	if f.verbose {
-		simOpts.Events = func(ev sim.Event) { p.detail("sim: %s", ev) }
-	}
-	simulator, err := sim.New(env.Config, simOpts)
-	if err != nil {
-		return fmt.Errorf("start the simulator: %w", err)
+	var simulator *sim.Simulator
+	if f.providers == providersSim {
+		simOpts := sim.DefaultOptions()
+		simOpts.Delays = scaleDelays(simOpts.Delays, f.simSpeed)
+		if f.verbose {
+			simOpts.Events = func(ev sim.Event) { p.detail("sim: %s", ev) }
+		}
+		if simulator, err = sim.New(env.Config, simOpts); err != nil {
+			return fmt.Errorf("start the simulator: %w", err)
+		}
 	}
 	watcher, err := client.NewWithWatch(env.Config, client.Options{Scheme: reconciler.Scheme()})
 	if err != nil {
@@ -166,13 +183,19 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	errc := make(chan error, 3)
-	go func() { errc <- named("simulator", simulator.Run(runCtx)) }()
+	if simulator != nil {
+		go func() { errc <- named("simulator", simulator.Run(runCtx)) }()
+	}
 	go func() { errc <- named("LCM agent simulator", agent.Run(runCtx)) }()
 	go func() { errc <- named("reconciler", d.Run(runCtx)) }()
+	running := "simulator and reconciler running"
+	if f.providers == providersReal {
+		running = "real providers and reconciler running"
+	}
 	if f.cluster != "" {
-		p.step("simulator and reconciler running; waiting for ClusterDeployment %s/%s", devNamespace, f.cluster)
+		p.step("%s; waiting for ClusterDeployment %s/%s", running, devNamespace, f.cluster)
 	} else {
-		p.step("simulator and reconciler running; waiting for every ClusterDeployment under %s", f.path)
+		p.step("%s; waiting for every ClusterDeployment under %s", running, f.path)
 	}
 
 	watchCtx := runCtx
@@ -235,6 +258,16 @@ func devRoot(ctx context.Context, p *devPrinter, repo string, f devFlags) (*reco
 	if err != nil {
 		srv.Close()
 		return nil, nil, err
+	}
+	if f.providers == providersReal {
+		var moved []string
+		if files, moved, err = localEndpoints(files); err != nil {
+			srv.Close()
+			return nil, nil, err
+		}
+		for _, m := range moved {
+			p.step("%s (served by workload-clusters)", m)
+		}
 	}
 	if _, err := srv.CommitFiles("examples", gitserver.DefaultBranch, files, "examples from the Capstan checkout"); err != nil {
 		srv.Close()

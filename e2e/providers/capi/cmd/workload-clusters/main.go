@@ -29,6 +29,7 @@ import (
 	"context"
 	"flag"
 	"os"
+	"time"
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
@@ -126,7 +127,13 @@ func main() {
 	if err != nil {
 		fail(log, err, "create workload clusters mux")
 	}
-	defer func() { _ = mux.Shutdown(context.Background()) }()
+	defer func() {
+		// The controllers' watches on the fake API servers never end by
+		// themselves: give them a moment, then close the listeners.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = mux.Shutdown(ctx)
+	}()
 
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
