@@ -41,7 +41,9 @@ func TestExamplesRender(t *testing.T) {
 		"WorkersReady":            "1",
 		"ClusterReady":            "1",
 	}
-	for name, path := range map[string]string{"mgmt": "clusters/mgmt/overlay", "mgmt-upgrade": "clusters/mgmt/upgrade"} {
+	// In this order: the upgrade changes want.
+	for _, overlay := range [][2]string{{"mgmt", "clusters/mgmt/overlay"}, {"mgmt-upgrade", "clusters/mgmt/upgrade"}} {
+		name, path := overlay[0], overlay[1]
 		cd, err := os.ReadFile("../../examples/clusters/mgmt/clusterdeployment.yaml")
 		if err != nil {
 			t.Fatal(err)
