@@ -112,8 +112,18 @@ var verdictCases = []struct {
 }{
 	{name: "a host the BareMetal Operator has not seen is not registered", stage: "HostsRegistered", kind: "BareMetalHost", obj: "mgmt-cp-0",
 		wantMessage: "register and inspect"},
-	{name: "a host being inspected is not registered", stage: "HostsRegistered", kind: "BareMetalHost", obj: "mgmt-cp-0",
-		steps: []providerStep{statusStep(hostStatus("inspecting", "OK", 1))}, wantMessage: "register and inspect"},
+	{name: "a host being inspected is not registered, and says its state", stage: "HostsRegistered", kind: "BareMetalHost", obj: "mgmt-cp-0",
+		steps:       []providerStep{statusStep(hostStatus("inspecting", "OK", 1))},
+		wantMessage: "waiting for the BareMetal Operator to register and inspect the host (status.provisioning.state available): state inspecting"},
+	{name: "a host the operator cannot register carries the operator's error", stage: "HostsRegistered", kind: "BareMetalHost", obj: "mgmt-cp-0",
+		steps: []providerStep{statusStep(func() map[string]any {
+			// As BMO's demo provisioner leaves a host named
+			// demo-registration-error.
+			s := hostStatus("registering", "error", 1)
+			s["errorType"], s["errorMessage"], s["errorCount"] = "registration error", "failed to register new host", 4
+			return s
+		}())},
+		wantMessage: "waiting for the BareMetal Operator to register and inspect the host (status.provisioning.state available): state registering, registration error: failed to register new host"},
 	{name: "an available host is registered", stage: "HostsRegistered", kind: "BareMetalHost", obj: "mgmt-cp-0",
 		steps: []providerStep{statusStep(hostStatus("available", "OK", 1))}, wantReady: true},
 	{name: "a provisioned host is registered (the plan walked again later)", stage: "HostsRegistered", kind: "BareMetalHost", obj: "mgmt-cp-0",
@@ -123,7 +133,8 @@ var verdictCases = []struct {
 			s := hostStatus("available", "error", 1)
 			s["errorType"], s["errorMessage"], s["errorCount"] = "power management error", "BMC unreachable", 3
 			return s
-		}())}, wantMessage: "operationalStatus"},
+		}())},
+		wantMessage: "the host reports a problem (status.operationalStatus is not OK; see status.errorType and status.errorMessage): operationalStatus error, power management error: BMC unreachable"},
 	{name: "an available host whose BMC changed since the operator looked is not registered", stage: "HostsRegistered", kind: "BareMetalHost", obj: "mgmt-cp-0",
 		steps: []providerStep{statusStep(hostStatus("available", "OK", 1)),
 			specStep(`{"spec":{"bmc":{"address":"redfish-virtualmedia://192.0.2.99/redfish/v1/Systems/1"}}}`)},
@@ -156,6 +167,24 @@ var verdictCases = []struct {
 	{name: "a control plane creating its first machine is not initialized", stage: "ControlPlaneInitialized", kind: "KubeadmControlPlane", obj: "mgmt",
 		steps:       []providerStep{statusStep(kcpStatus(replicaStatus(1, 1, 1, 0, map[string]int64{"v1.35.4": 1}, false), false))},
 		wantMessage: "first control-plane machine"},
+	{name: "a control plane that cannot reach its first machine's API server yet (no status.observedGeneration) says what the machine waits for", stage: "ControlPlaneInitialized", kind: "KubeadmControlPlane", obj: "mgmt",
+		// As KCP writes it while every reconcile fails on the workload
+		// cluster's connection: conditions, no observedGeneration.
+		steps: []providerStep{statusStep(map[string]any{
+			"initialization": map[string]any{"controlPlaneInitialized": false},
+			"replicas":       1,
+			"conditions": conditions(condition("Initialized", false, 1), func() map[string]any {
+				c := condition("MachinesReady", false, 1)
+				c["message"] = "* Machine mgmt-n94hj:\n  * InfrastructureReady:\n    * AssociateBareMetalHost: Waiting for bootstrap data to be ready before proceeding"
+				return c
+			}()),
+		})},
+		wantMessage: "waiting for the first control-plane machine to serve the API (status.initialization.controlPlaneInitialized, condition Initialized at metadata.generation): " +
+			"* Machine mgmt-n94hj:   * InfrastructureReady:     * AssociateBareMetalHost: Waiting for bootstrap data to be ready before proceeding"},
+	{name: "a control plane initialized for an older spec is not initialized until KCP has seen the current one", stage: "ControlPlaneInitialized", kind: "KubeadmControlPlane", obj: "mgmt",
+		steps: []providerStep{statusStep(kcpStatus(replicaStatus(1, 1, 1, 1, map[string]int64{"v1.35.4": 1}, false), true)),
+			specStep(`{"spec":{"version":"v1.35.5"}}`)},
+		wantMessage: "condition Initialized at metadata.generation"},
 	{name: "a control plane whose first machine serves the API is initialized", stage: "ControlPlaneInitialized", kind: "KubeadmControlPlane", obj: "mgmt",
 		steps:     []providerStep{statusStep(kcpStatus(replicaStatus(1, 1, 1, 1, map[string]int64{"v1.35.4": 1}, false), true))},
 		wantReady: true},
