@@ -21,6 +21,10 @@ type Stage struct {
 	capstanv1.StageSpec
 	// Objects are applied by an apply stage, or only checked by a wait stage.
 	Objects []*unstructured.Unstructured
+	// PlanObjects, set by BuildPlan on a validate stage, are every object
+	// the plan applies, in the order it applies them: the stage checks
+	// that the cluster serves each one's apiVersion and kind.
+	PlanObjects []*unstructured.Unstructured
 }
 
 // Plan is an ordered list of stages. A stage is not started before every
@@ -120,6 +124,11 @@ func BuildPlan(specs []capstanv1.StageSpec, objects []*unstructured.Unstructured
 	errs = append(errs, rolloutOwnedFields(plan)...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
+	}
+	for i := range plan.Stages {
+		if plan.Stages[i].Action == capstanv1.StageActionValidate {
+			plan.Stages[i].PlanObjects = plan.AppliedObjects()
+		}
 	}
 	return plan, nil
 }
