@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/capstan-dev/capstan/internal/testenv"
 	"github.com/capstan-dev/capstan/stages/preflight"
 )
 
@@ -142,6 +146,136 @@ func TestValidateErrorsSayWhatToFix(t *testing.T) {
 			_, err := runCLI(t, tc.args...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// startGizmoCluster starts a control plane whose one custom kind is the
+// Gizmo of testdata/gizmos-crd.yaml (v1beta2 served, v1beta1 deprecated,
+// v1alpha1 not served) and returns its kubeconfig.
+func startGizmoCluster(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a control plane; not under -short")
+	}
+	// Generous because a first run may build the binaries.
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
+	defer cancel()
+	env, err := testenv.Start(ctx, testenv.Options{CRDDirs: []string{"testdata/gizmos-crd.yaml"}, Progress: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return env.KubeconfigPath
+}
+
+// validate --kubeconfig looks every object up in the cluster, beside the
+// network checks, in the same report and with the same exit rules;
+// without it, validate reads no cluster.
+func TestValidateServedAPIs(t *testing.T) {
+	kubeconfig := startGizmoCluster(t)
+	served := []string{
+		"nothing to check in 5 objects: no ConfigMap labelled capstan.dev/config: network, no Cluster, no IPPool",
+		"ERROR Sprocket capstan-system/nowhere: kind: the cluster serves no Sprocket in group missing.test.capstan.dev: no CustomResourceDefinition in the cluster or earlier in this plan defines it; install the provider first (in gizmos.yaml)",
+		"ERROR Gizmo capstan-system/ancient: apiVersion: Gizmo is served as served.test.capstan.dev/v1beta2, v1beta1; not v1alpha1; write the object in served.test.capstan.dev/v1beta2 (in gizmos.yaml)",
+		"WARNING Gizmo capstan-system/deprecated: apiVersion: served.test.capstan.dev/v1beta1 is deprecated (served.test.capstan.dev/v1beta1 Gizmo is deprecated; use served.test.capstan.dev/v1beta2); write the object in served.test.capstan.dev/v1beta2 (in gizmos.yaml)",
+		"2 errors, 1 warning in 5 objects looked up in the API server https://127.0.0.1:",
+	}
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		lines []string // lines the output holds, in this order
+		exact bool     // and no others
+		err   string   // the error wanted, "" for success
+	}{
+		{
+			name:  "every object is looked up, each problem on its line with its file",
+			args:  validateArgs("--kubeconfig", kubeconfig, "served"),
+			lines: served,
+			exact: true,
+			err:   "validate testdata/validate/served: preflight found 2 errors, 1 warning",
+		},
+		{
+			name: "network problems and served-API problems are counted together",
+			args: validateArgs("--kubeconfig", kubeconfig, "bad"),
+			lines: []string{
+				"ERROR ConfigMap capstan-system/network: data.controlPlaneCIDRs[0]: 192.168.10.1/24: host bits set; did you mean 192.168.10.0/24?",
+				"5 errors, 3 warnings in 3 objects checked (ConfigMap capstan-system/network, Cluster capstan-system/edge, IPPool capstan-system/edge-nodes)",
+				"ERROR Cluster capstan-system/edge: kind: the cluster serves no Cluster in group cluster.x-k8s.io: no CustomResourceDefinition in the cluster or earlier in this plan defines it; install the provider first",
+				"ERROR IPPool capstan-system/edge-nodes: kind: the cluster serves no IPPool in group ipam.metal3.io",
+				"2 errors, 0 warnings in 4 objects looked up in the API server https://127.0.0.1:",
+			},
+			err: "preflight found 7 errors, 3 warnings",
+		},
+		{
+			name: "--context names the kubeconfig's context",
+			args: validateArgs("--kubeconfig", kubeconfig, "--context", "no-such-context", "served"),
+			err:  `context "no-such-context" does not exist`,
+		},
+		{
+			name:  "without --kubeconfig, validate stays offline",
+			args:  validateArgs("served"),
+			lines: served[:1],
+			exact: true,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := runCLI(t, tc.args...)
+			switch {
+			case tc.err == "" && err != nil:
+				t.Errorf("error = %v, want none", err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Errorf("error = %v, want it to contain %q", err, tc.err)
+			}
+			got := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+			next := 0
+			for _, line := range tc.lines {
+				for next < len(got) && !strings.HasPrefix(got[next], line) {
+					next++
+				}
+				if next == len(got) {
+					t.Errorf("output has no line starting %q after the ones before:\n%s", line, out)
+					break
+				}
+			}
+			if tc.exact && len(got) != len(tc.lines) {
+				t.Errorf("output has %d lines, want %d:\n%s", len(got), len(tc.lines), out)
+			}
+		})
+	}
+
+	for _, format := range []string{"json", "yaml"} {
+		t.Run("-o "+format, func(t *testing.T) {
+			out, err := runCLI(t, validateArgs("--kubeconfig", kubeconfig, "-o", format, "served")...)
+			if err == nil || !strings.Contains(err.Error(), "preflight found 2 errors, 1 warning") {
+				t.Errorf("error = %v, want the errors to fail the command in -o %s too", err, format)
+			}
+			var report struct {
+				preflight.Report
+				Served struct {
+					Server  string `json:"server"`
+					Objects int    `json:"objects"`
+				} `json:"served"`
+			}
+			if format == "json" {
+				err = json.Unmarshal([]byte(out), &report)
+			} else {
+				err = yaml.UnmarshalStrict([]byte(out), &report)
+			}
+			if err != nil {
+				t.Fatalf("-o %s does not parse: %v\n%s", format, err, out)
+			}
+			if len(report.Errors()) != 2 || len(report.Warnings()) != 1 || report.Served.Objects != 5 || !strings.HasPrefix(report.Served.Server, "https://127.0.0.1:") {
+				t.Errorf("report has %d errors, %d warnings, served %+v; want 2, 1, 5 objects looked up on loopback:\n%s",
+					len(report.Errors()), len(report.Warnings()), report.Served, out)
+			}
+			if p := report.Errors()[1]; p.Object != "Gizmo capstan-system/ancient" || p.Field != "apiVersion" || !strings.Contains(p.Message, "not v1alpha1") {
+				t.Errorf("second error = %+v, want Gizmo ancient's apiVersion", p)
 			}
 		})
 	}
