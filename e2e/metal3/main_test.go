@@ -17,10 +17,15 @@ import (
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/capstan-dev/capstan/internal/gitserver"
 	"github.com/capstan-dev/capstan/internal/testenv"
 )
 
-var env *testenv.Env
+var (
+	env *testenv.Env
+	// gitSrv serves the repositories the daemon reads the overlays from.
+	gitSrv *gitserver.Server
+)
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -50,5 +55,11 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "metal3: stop:", err)
 		}
 	}()
+	gitSrv, err = gitserver.New("", gitserver.Options{Username: gitUser, Password: gitPassword})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "metal3: start git server:", err)
+		return 1
+	}
+	defer gitSrv.Close()
 	return m.Run()
 }
