@@ -195,7 +195,7 @@ var verdictCases = []struct {
 		wantMessage: "spec.replicas control-plane machines"},
 	{name: "three machines whose nodes are not all matched yet are not ready", stage: "ControlPlaneReady", kind: "KubeadmControlPlane", obj: "mgmt",
 		steps:       []providerStep{statusStep(kcpStatus(replicaStatus(1, 3, 3, 2, map[string]int64{"v1.35.4": 3}, true), true))},
-		wantMessage: "providerID metal3://"},
+		wantMessage: "matched by providerID"},
 	{name: "three ready and Available control-plane machines are ready", stage: "ControlPlaneReady", kind: "KubeadmControlPlane", obj: "mgmt",
 		steps:     []providerStep{statusStep(kcpStatus(replicaStatus(1, 3, 3, 3, map[string]int64{"v1.35.4": 3}, true), true))},
 		wantReady: true},

@@ -81,6 +81,9 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if err := r.ensureNode(ctx, c, machine, t, cp); err != nil {
 		return reconcile.Result{}, err
 	}
+	if err := r.announceNode(ctx, t); err != nil {
+		return reconcile.Result{}, err
+	}
 	if !cp {
 		return reconcile.Result{}, nil
 	}
@@ -108,6 +111,8 @@ type nodeTarget struct {
 	name       string
 	providerID string
 	labels     map[string]string
+	// metal3Machine is the machine's Metal3Machine, when it has one.
+	metal3Machine *unstructured.Unstructured
 }
 
 // nodeTarget decides whether the Machine's "host" is up and what its Node looks like.
@@ -140,6 +145,7 @@ func (r *machineReconciler) nodeTarget(ctx context.Context, machine *clusterv1.M
 	}
 	// The label CAPM3 looks the Node up by (SetProviderIDFromNodeLabel).
 	t.labels[metal3UUIDLabel] = string(bmh.GetUID())
+	t.metal3Machine = m3m
 	if t.providerID == "" {
 		if pid, _, _ := unstructured.NestedString(m3m.Object, "spec", "providerID"); pid != "" {
 			t.providerID = pid
@@ -151,6 +157,31 @@ func (r *machineReconciler) nodeTarget(ctx context.Context, machine *clusterv1.M
 		}
 	}
 	return t, true, nil
+}
+
+// nodeAnnotation marks a Metal3Machine whose Node workload-clusters has
+// registered.
+const nodeAnnotation = "workload-clusters.capstan.dev/node"
+
+// announceNode wakes CAPM3 up once the machine's Node exists. CAPM3 looks
+// for the Node when BMO reports the host provisioned, the same moment
+// the Node appears here; when it looked first, it only looks again after
+// 30 s (a kubelet takes minutes to register, so real clusters never
+// notice). An annotation on the Metal3Machine is an event CAPM3 reacts to
+// at once, so the walk does not wait out that timer.
+func (r *machineReconciler) announceNode(ctx context.Context, t nodeTarget) error {
+	m3m := t.metal3Machine
+	if m3m == nil || m3m.GetAnnotations()[nodeAnnotation] == t.name {
+		return nil
+	}
+	if pid, _, _ := unstructured.NestedString(m3m.Object, "spec", "providerID"); pid != "" {
+		return nil
+	}
+	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, nodeAnnotation, t.name))
+	if err := r.Patch(ctx, m3m, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return pkgerrors.Wrapf(err, "failed to annotate Metal3Machine %s", m3m.GetName())
+	}
+	return nil
 }
 
 func (r *machineReconciler) infraMachineDeletingOrGone(ctx context.Context, machine *clusterv1.Machine) (bool, error) {
