@@ -46,11 +46,11 @@ var (
 // mgmtExample commits the mgmt example (its overlay and the Metal3 base) to
 // a new repository, moved into namespace ns, and returns its
 // ClusterDeployment reading that repository, with vars added to its
-// substitutions.
-func mgmtExample(t *testing.T, ns string, vars map[string]string) *capstanv1.ClusterDeployment {
+// substitutions, and the files committed.
+func mgmtExample(t *testing.T, ns string, vars map[string]string) (*capstanv1.ClusterDeployment, map[string]string) {
 	t.Helper()
 	files := map[string]string{}
-	for _, dir := range []string{"bases/metal3-cluster", "clusters/mgmt/overlay"} {
+	for _, dir := range []string{"bases/metal3-cluster", "clusters/mgmt/overlay", "clusters/mgmt/upgrade"} {
 		entries, err := os.ReadDir(filepath.Join("..", "..", "examples", dir))
 		if err != nil {
 			t.Fatal(err)
@@ -64,6 +64,7 @@ func mgmtExample(t *testing.T, ns string, vars map[string]string) *capstanv1.Clu
 		}
 	}
 	files["clusters/mgmt/overlay/kustomization.yaml"] = strings.Replace(files["clusters/mgmt/overlay/kustomization.yaml"], "namespace: mgmt", "namespace: "+ns, 1)
+	files["clusters/mgmt/upgrade/kustomization.yaml"] = strings.Replace(files["clusters/mgmt/upgrade/kustomization.yaml"], "namespace: mgmt", "namespace: "+ns, 1)
 	files["clusters/mgmt/overlay/namespace.yaml"] = strings.Replace(files["clusters/mgmt/overlay/namespace.yaml"], "name: mgmt", "name: "+ns, 1)
 	cd := &capstanv1.ClusterDeployment{}
 	raw, err := os.ReadFile("../../examples/clusters/mgmt/clusterdeployment.yaml")
@@ -76,7 +77,7 @@ func mgmtExample(t *testing.T, ns string, vars map[string]string) *capstanv1.Clu
 	cd.Namespace = ns
 	maps.Copy(cd.Spec.Substitute, vars)
 	cd.Spec.Source = commit(t, ns, files, "the mgmt example")
-	return cd
+	return cd, files
 }
 
 // commit commits files to a new repository named after ns and returns the
@@ -230,7 +231,7 @@ func TestCapm3ExampleOnRealProviders(t *testing.T) {
 	ns := newNamespace(t, "capm3-example")
 	dumpStatus(t, ns, clusterGVK, kcpGVK, machineGVK)
 	port := strconv.Itoa(freeLoopbackPort(t))
-	cd := mgmtExample(t, ns, map[string]string{
+	cd, _ := mgmtExample(t, ns, map[string]string{
 		"API_ENDPOINT": "127.0.0.1",
 		"API_PORT":     port,
 		// BMO's demo inspection names the NICs nic-1 and nic-2.
