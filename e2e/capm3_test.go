@@ -309,47 +309,6 @@ func TestCapm3StuckHostIsNamedThenRecovers(t *testing.T) {
 	}
 }
 
-// The upgrade overlay, merged as a pull request would: the deployment walks
-// its stages again, ControlPlaneReady and WorkersReady wait while Cluster
-// API replaces every machine, and the cluster ends Ready with every
-// machine at v1.36.1.
-func TestCapm3ExampleUpgrade(t *testing.T) {
-	c := newClient(t)
-	ns := newNamespace(t)
-	cd := exampleMgmt(t, ns)
-	startSimulator(t, sim.TestOptions(ns))
-	startDaemon(t, nil)
-	if err := c.Create(context.Background(), cd); err != nil {
-		t.Fatal(err)
-	}
-	before := waitDeployment(t, c, ns, cd.Name, "Ready at v1.35.4", isReady)
-
-	live := getDeployment(t, c, ns, cd.Name)
-	live.Spec.Path = "clusters/mgmt/upgrade"
-	if err := c.Update(context.Background(), live); err != nil {
-		t.Fatal(err)
-	}
-	begin := time.Now()
-	done := waitDeployment(t, c, ns, cd.Name, "Ready after the upgrade", func(cd *capstanv1.ClusterDeployment) bool {
-		return isReady(cd) && cd.Status.ObservedGeneration > before.Status.ObservedGeneration
-	})
-	t.Logf("upgrade v1.35.4 -> v1.36.1: Ready in %s (%s)", time.Since(begin).Round(time.Millisecond), stageDurations(done))
-
-	for _, k := range []struct {
-		gvk  schema.GroupVersionKind
-		name string
-	}{
-		{schema.GroupVersionKind{Group: "controlplane.cluster.x-k8s.io", Version: "v1beta2", Kind: "KubeadmControlPlane"}, "mgmt"},
-		{schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineDeployment"}, "mgmt-workers"},
-	} {
-		obj := object(t, c, k.gvk, ns, k.name)
-		versions, _, _ := unstructured.NestedSlice(obj.Object, "status", "versions")
-		if len(versions) != 1 || versions[0].(map[string]any)["version"] != "v1.36.1" {
-			t.Errorf("%s %s status.versions = %v after the upgrade, want every machine at v1.36.1", k.gvk.Kind, k.name, versions)
-		}
-	}
-}
-
 // startSimulator runs the provider simulator until the test ends.
 func startSimulator(t *testing.T, opts sim.Options) *sim.Simulator {
 	t.Helper()

@@ -217,18 +217,22 @@ func kcpState(obj *unstructured.Unstructured) string {
 // mgmtHosts are the BareMetalHosts of the mgmt example.
 var mgmtHosts = []string{"mgmt-cp-0", "mgmt-cp-1", "mgmt-cp-2", "mgmt-worker-0", "mgmt-worker-1"}
 
-// The examples/ management cluster on the real Cluster API, CAPM3, IPAM
-// and BareMetal Operator, with Cluster API's in-memory workload API server
-// at its endpoint: the daemon walks the capm3 stages to ClusterReady, each
+// The examples/ management cluster, on the real Cluster API, CAPM3, IPAM
+// and BareMetal Operator with Cluster API's in-memory workload API server
+// at its endpoint, and on the simulator: the daemon walks the capm3 stages to ClusterReady, each
 // Ready in the profile's order and none started before the one ahead of
 // it is Ready. HostsRegistered turns Ready only after BMO has made every
 // host available, InfrastructureReady only after Cluster API has set the
 // Cluster's infrastructureProvisioned, and while the first control-plane
 // machine provisions, ControlPlaneInitialized says what it waits for.
-func TestCapm3ExampleOnRealProviders(t *testing.T) {
-	providerLogs(t)
+func TestCapm3Example(t *testing.T) {
+	onEachBackend(t, testCapm3Example)
+}
+
+func testCapm3Example(t *testing.T, b *backend) {
 	c := newClient(t)
 	ns := newNamespace(t, "capm3-example")
+	b.play(t, ns)
 	dumpStatus(t, ns, clusterGVK, kcpGVK, machineGVK)
 	port := strconv.Itoa(freeLoopbackPort(t))
 	cd, _ := mgmtExample(t, ns, map[string]string{
@@ -261,8 +265,8 @@ func TestCapm3ExampleOnRealProviders(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := waitDeployment(t, c, ns, cd.Name, walkTimeout, "Ready", isReady)
-	t.Logf("mgmt example on the real providers at 127.0.0.1:%s: created -> Ready in %s (%s)",
-		port, time.Since(begin).Round(time.Millisecond), stageDurations(done))
+	t.Logf("mgmt example on the %s providers at 127.0.0.1:%s: created -> Ready in %s (%s)",
+		b.name, port, time.Since(begin).Round(time.Millisecond), stageDurations(done))
 
 	profile, err := stages.LoadProfile("capm3")
 	if err != nil {

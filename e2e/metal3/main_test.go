@@ -4,7 +4,10 @@
 // Operator in demo mode, built from their Go modules (e2e/providers) and
 // run by internal/testenv against a real kube-apiserver, with their
 // conversion and admission webhooks served on 127.0.0.1. Only the hardware
-// is faked, by BMO's demo provisioner.
+// is faked, by BMO's demo provisioner, and the machines, by
+// workload-clusters. The walk's tests (create, upgrade, scale) also run on
+// the simulator (internal/sim), on a control plane of its own, so that
+// the two backends are held to the same assertions.
 package metal3
 
 import (
@@ -55,6 +58,28 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "metal3: stop:", err)
 		}
 	}()
+	// The simulator's control plane: the same CRDs, without their
+	// webhooks, and nothing else playing the providers.
+	crds, err := testenv.ProviderCRDDirs(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "metal3: provider CRDs:", err)
+		return 1
+	}
+	simEnv, err := testenv.Start(ctx, testenv.Options{
+		CRDDirs:           append([]string{"../../manifests/crds"}, crds...),
+		ControllerManager: true,
+		Progress:          os.Stderr,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "metal3: start the simulator's control plane:", err)
+		return 1
+	}
+	defer func() {
+		if err := simEnv.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "metal3: stop:", err)
+		}
+	}()
+	backends = []*backend{realProviders(env), simulatedProviders(simEnv)}
 	gitSrv, err = gitserver.New("", gitserver.Options{Username: gitUser, Password: gitPassword})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "metal3: start git server:", err)

@@ -31,17 +31,21 @@ patches:
         value: 1
 `
 
-// The mgmt example, Ready on the real providers, is upgraded from
+// The mgmt example, Ready on the real providers or the simulator, is upgraded from
 // v1.35.4 to v1.36.1 by pointing its deployment at the upgrade overlay:
 // KCP and the MachineDeployment replace every machine one by one on the
 // same five hosts (maxSurge 0: no spare host), and the deployment is Ready
 // again only with every machine at v1.36.1. A commit that takes the
 // workers down to one then deletes a machine and BMO deprovisions its
 // host, which becomes available again.
-func TestCapm3UpgradeAndScaleOnRealProviders(t *testing.T) {
-	providerLogs(t)
+func TestCapm3UpgradeAndScale(t *testing.T) {
+	onEachBackend(t, testCapm3UpgradeAndScale)
+}
+
+func testCapm3UpgradeAndScale(t *testing.T, b *backend) {
 	c := newClient(t)
 	ns := newNamespace(t, "capm3-upgrade")
+	b.play(t, ns)
 	dumpStatus(t, ns, kcpGVK, mdGVK, machineGVK, hostGVK)
 	cd, files := mgmtExample(t, ns, map[string]string{
 		"API_ENDPOINT":   "127.0.0.1",
@@ -67,7 +71,7 @@ func TestCapm3UpgradeAndScaleOnRealProviders(t *testing.T) {
 	upgraded := waitDeployment(t, c, ns, cd.Name, walkTimeout, "Ready after the upgrade", func(cd *capstanv1.ClusterDeployment) bool {
 		return isReady(cd) && cd.Status.ObservedGeneration > before.Status.ObservedGeneration
 	})
-	t.Logf("upgrade v1.35.4 -> v1.36.1 on the real providers: Ready in %s (%s)", time.Since(begin).Round(time.Millisecond), stageDurations(upgraded))
+	t.Logf("upgrade v1.35.4 -> v1.36.1 on the %s providers: Ready in %s (%s)", b.name, time.Since(begin).Round(time.Millisecond), stageDurations(upgraded))
 
 	now := machines(t, c, ns)
 	if len(now) != 5 {
@@ -112,7 +116,7 @@ func TestCapm3UpgradeAndScaleOnRealProviders(t *testing.T) {
 		return len(m) == 4 && len(free) == 1 && slices.Contains([]string{"mgmt-worker-0", "mgmt-worker-1"}, free[0]),
 			fmt.Errorf("machines %v, available hosts %v", m, free)
 	})
-	t.Logf("scale to one worker: Ready and the host deprovisioned in %s", time.Since(begin).Round(time.Millisecond))
+	t.Logf("scale to one worker on the %s providers: Ready and the host deprovisioned in %s", b.name, time.Since(begin).Round(time.Millisecond))
 }
 
 // machines are the Machines of ns by name, with their Kubernetes version.
