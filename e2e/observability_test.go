@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,114 +14,12 @@ import (
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/internal/gitserver"
-	"github.com/capstan-dev/capstan/internal/promserver"
+	"github.com/capstan-dev/capstan/internal/promserver/promtest"
 	"github.com/capstan-dev/capstan/reconciler"
 )
 
 // shippedRules is the plain rules file Capstan ships.
 const shippedRules = "../manifests/alerts/capstan.rules.yaml"
-
-// promTools returns promtool and prometheus, installing Debian's package
-// when they are missing. Where that is impossible the test is skipped,
-// except on CI (CI=true), where it fails.
-func promTools(t *testing.T) promserver.Binaries {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
-	defer cancel()
-	b, err := promserver.EnsureInstalled(ctx, os.Stderr)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	return b
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	addr, err := promserver.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
-// startPrometheus runs a real prometheus that scrapes target as job
-// "capstan" every second and evaluates the shipped rules every second,
-// with the `for` of the alerts in forOverride shortened.
-func startPrometheus(t *testing.T, binary, target string, forOverride map[string]time.Duration) *promserver.Server {
-	t.Helper()
-	shipped, err := os.ReadFile(shippedRules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rules, err := promserver.OverrideFor(shipped, forOverride)
-	if err != nil {
-		t.Fatal(err)
-	}
-	config := fmt.Sprintf(`global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-  evaluation_interval: 1s
-rule_files: [capstan.rules.yaml]
-scrape_configs:
-  - job_name: capstan
-    honor_labels: true
-    static_configs:
-      - targets: [%q]
-`, target)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	prom, err := promserver.Start(ctx, promserver.Options{
-		Binary: binary, Config: config, Files: map[string][]byte{"capstan.rules.yaml": rules},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("prometheus log:\n%s", prom.Log())
-		}
-		if err := prom.Close(); err != nil {
-			t.Errorf("stop prometheus: %v", err)
-		}
-	})
-	return prom
-}
-
-// alertState returns the state of the active alert whose labels include
-// want ("pending" or "firing"), or "" when no such alert is active.
-func alertState(t *testing.T, prom *promserver.Server, want map[string]string) (string, error) {
-	t.Helper()
-	alerts, err := prom.Alerts(t.Context())
-	if err != nil {
-		return "", err
-	}
-next:
-	for _, a := range alerts {
-		for k, v := range want {
-			if a.Labels[k] != v {
-				continue next
-			}
-		}
-		return a.State, nil
-	}
-	return "", nil
-}
-
-// queryValue returns the value of the one series expr selects.
-func queryValue(t *testing.T, prom *promserver.Server, expr string) (string, error) {
-	t.Helper()
-	samples, err := prom.Query(t.Context(), expr)
-	if err != nil {
-		return "", err
-	}
-	if len(samples) != 1 {
-		return "", fmt.Errorf("%s: %d series, want 1: %v", expr, len(samples), samples)
-	}
-	return samples[0].Value, nil
-}
 
 func httpGet(url string) (int, string, error) {
 	resp, err := http.Get(url)
@@ -140,7 +37,7 @@ func httpGet(url string) (int, string, error) {
 // counts as no failure, a deleted deployment leaves no series, and a
 // daemon that is gone fires CapstanMetricsMissing.
 func TestStuckStageAlertFiresAndResolves(t *testing.T) {
-	bins := promTools(t)
+	bins := promtest.Tools(t)
 	c := newClient(t)
 	ns := newNamespace(t)
 	url, err := gitSrv.CreateRepo(ns)
@@ -150,7 +47,7 @@ func TestStuckStageAlertFiresAndResolves(t *testing.T) {
 	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, twoStageFiles("1"), "two-stage overlay"); err != nil {
 		t.Fatal(err)
 	}
-	metricsAddr, healthAddr := freeAddr(t), freeAddr(t)
+	metricsAddr, healthAddr := promtest.FreeAddr(t), promtest.FreeAddr(t)
 	d, _ := startDaemonWith(t, nil, func(o *reconciler.Options) {
 		o.MetricsAddr, o.HealthAddr = metricsAddr, healthAddr
 	})
@@ -162,7 +59,7 @@ func TestStuckStageAlertFiresAndResolves(t *testing.T) {
 		t.Fatalf("/healthz = %d %q, %v; want 200", code, body, err)
 	}
 
-	prom := startPrometheus(t, bins.Prometheus, metricsAddr, map[string]time.Duration{
+	prom := promtest.Start(t, bins.Prometheus, shippedRules, metricsAddr, map[string]time.Duration{
 		"CapstanStageStuck":     3 * time.Second,
 		"CapstanMetricsMissing": 2 * time.Second,
 	})
@@ -173,7 +70,7 @@ func TestStuckStageAlertFiresAndResolves(t *testing.T) {
 	stuck := map[string]string{"alertname": "CapstanStageStuck", "namespace": ns, "cluster": "stuck", "stage": "Infra"}
 	var seen []string
 	waitFor(t, "CapstanStageStuck to fire", func() (bool, error) {
-		state, err := alertState(t, prom, stuck)
+		state, err := promtest.AlertState(t, prom, stuck)
 		if state != "" && (len(seen) == 0 || seen[len(seen)-1] != state) {
 			seen = append(seen, state)
 		}
@@ -196,7 +93,7 @@ func TestStuckStageAlertFiresAndResolves(t *testing.T) {
 		"capstan_apply_objects_total{" + sel + `, action="created"}`:               "2",
 		"time() - capstan_source_last_success_timestamp_seconds{" + sel + "} < 60": "",
 	} {
-		got, err := queryValue(t, prom, expr)
+		got, err := promtest.QueryValue(t, prom, expr)
 		if err != nil {
 			t.Errorf("query: %v", err)
 		} else if want != "" && got != want {
@@ -209,10 +106,10 @@ func TestStuckStageAlertFiresAndResolves(t *testing.T) {
 	setWidgetReady(t, c, ns, "infra")
 	waitDeployment(t, c, ns, "stuck", "Ready", isReady)
 	waitFor(t, "CapstanStageStuck to resolve", func() (bool, error) {
-		state, err := alertState(t, prom, stuck)
+		state, err := promtest.AlertState(t, prom, stuck)
 		return state == "" && err == nil, fmt.Errorf("state %q, %v", state, err)
 	})
-	if v, err := queryValue(t, prom, "capstan_stage_stuck{"+sel+`, stage="Infra"}`); err != nil || v != "0" {
+	if v, err := promtest.QueryValue(t, prom, "capstan_stage_stuck{"+sel+`, stage="Infra"}`); err != nil || v != "0" {
 		t.Errorf("stage_stuck of the Ready stage = %s, %v; want 0", v, err)
 	}
 
@@ -227,12 +124,12 @@ func TestStuckStageAlertFiresAndResolves(t *testing.T) {
 
 	// The daemon is gone: nothing is scraped, CapstanMetricsMissing fires.
 	missing := map[string]string{"alertname": "CapstanMetricsMissing"}
-	if state, err := alertState(t, prom, missing); err != nil || state != "" {
+	if state, err := promtest.AlertState(t, prom, missing); err != nil || state != "" {
 		t.Fatalf("CapstanMetricsMissing is %q (%v) while the daemon is scraped", state, err)
 	}
 	stopDaemon(d)
 	waitFor(t, "CapstanMetricsMissing to fire", func() (bool, error) {
-		state, err := alertState(t, prom, missing)
+		state, err := promtest.AlertState(t, prom, missing)
 		return state == "firing", err
 	})
 }

@@ -22,6 +22,7 @@ import (
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/internal/gitserver"
+	"github.com/capstan-dev/capstan/internal/promserver/promtest"
 	"github.com/capstan-dev/capstan/reconciler"
 	"github.com/capstan-dev/capstan/stages"
 )
@@ -356,7 +357,7 @@ func overlay(t *testing.T, name, ns string) map[string]string {
 // stage turns stuck once its stuckAfter passes, and the shipped
 // CapstanStageStuck alert fires in a real Prometheus scraping the daemon.
 func TestFailingHostIsNamedInStage(t *testing.T) {
-	bins := promTools(t)
+	bins := promtest.Tools(t)
 	providerLogs(t)
 	c := newClient(t)
 	ns := newNamespace(t, "failing-host")
@@ -373,9 +374,9 @@ func TestFailingHostIsNamedInStage(t *testing.T) {
 			specs[i].StuckAfter = &metav1.Duration{Duration: 2 * time.Second}
 		}
 	}
-	metricsAddr := freeAddr(t)
+	metricsAddr := promtest.FreeAddr(t)
 	startDaemon(t, func(o *reconciler.Options) { o.MetricsAddr = metricsAddr })
-	prom := startPrometheus(t, bins.Prometheus, metricsAddr, map[string]time.Duration{"CapstanStageStuck": 3 * time.Second})
+	prom := promtest.Start(t, bins.Prometheus, shippedRules, metricsAddr, map[string]time.Duration{"CapstanStageStuck": 3 * time.Second})
 	cd := &capstanv1.ClusterDeployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "failing-host", Namespace: ns},
 		Spec: capstanv1.ClusterDeploymentSpec{
@@ -413,7 +414,7 @@ func TestFailingHostIsNamedInStage(t *testing.T) {
 
 	labels := map[string]string{"alertname": "CapstanStageStuck", "namespace": ns, "cluster": cd.Name, "stage": "HostsRegistered"}
 	waitFor(t, stageTimeout, "CapstanStageStuck to fire for HostsRegistered", func() (bool, error) {
-		state, err := alertState(t, prom, labels)
+		state, err := promtest.AlertState(t, prom, labels)
 		if err != nil {
 			return false, err
 		}
@@ -427,7 +428,7 @@ func TestFailingHostIsNamedInStage(t *testing.T) {
 		// Waiting on a host is not a failed reconcile.
 		"capstan_reconcile_consecutive_failures{" + deployment + "}": "0",
 	} {
-		if got, err := queryValue(t, prom, expr); err != nil {
+		if got, err := promtest.QueryValue(t, prom, expr); err != nil {
 			t.Errorf("query: %v", err)
 		} else if got != want {
 			t.Errorf("%s = %s, want %s", expr, got, want)

@@ -3,7 +3,6 @@ package testenv
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -85,7 +84,7 @@ func (e *Env) startProviders(ctx context.Context) error {
 	}
 	e.logf("provider CRDs installed after %s", since(begin))
 
-	client, err := e.webhookClient()
+	client, err := e.httpClient()
 	if err != nil {
 		return err
 	}
@@ -175,18 +174,6 @@ func (e *Env) applyWebhooks(ctx context.Context, hooks []webhookConfiguration) e
 		}
 	}
 	return nil
-}
-
-// webhookClient trusts the env's CA, for health and webhook checks.
-func (e *Env) webhookClient() (*http.Client, error) {
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(e.pki.caPEM) {
-		return nil, errors.New("build provider health client: CA certificate does not parse")
-	}
-	return &http.Client{Transport: &http.Transport{
-		TLSClientConfig:   &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-		DisableKeepAlives: true,
-	}}, nil
 }
 
 // tlsServes is ready once a TLS handshake with 127.0.0.1:port succeeds
