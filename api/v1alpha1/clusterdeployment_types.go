@@ -52,7 +52,37 @@ type ClusterDeploymentSpec struct {
 	// Rollout holds the defaults of every rollout stage of the plan.
 	// +optional
 	Rollout *RolloutPolicy `json:"rollout,omitempty"`
+
+	// KubeConfig, when set, makes every stage act on the cluster this
+	// kubeconfig reaches instead of the one Capstan runs in; a stage's own
+	// kubeConfig overrides it. While that cluster cannot be reached the
+	// stage waits (InProgress), it does not fail.
+	// +optional
+	KubeConfig *KubeConfigReference `json:"kubeConfig,omitempty"`
 }
+
+// KubeConfigReference says where a kubeconfig is read from.
+type KubeConfigReference struct {
+	// SecretRef names the Secret, in the ClusterDeployment's namespace,
+	// that holds the kubeconfig: Cluster API writes it as
+	// <cluster>-kubeconfig under the key value.
+	SecretRef SecretKeyReference `json:"secretRef"`
+}
+
+// SecretKeyReference names one key of a Secret in the same namespace.
+type SecretKeyReference struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+
+	// Key in the Secret's data. Defaults to value.
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// DefaultKubeConfigKey is the key of a kubeconfig Secret read when
+// SecretKeyReference.Key is empty: the one Cluster API writes.
+const DefaultKubeConfigKey = "value"
 
 // SourceSpec names one source; exactly one field is set.
 // +kubebuilder:validation:XValidation:rule="has(self.git) != has(self.oci)",message="set exactly one of git and oci"
@@ -258,6 +288,11 @@ type StageSpec struct {
 	// batches).
 	// +optional
 	Rollout *RolloutSpec `json:"rollout,omitempty"`
+
+	// KubeConfig, when set, makes this stage act on the cluster this
+	// kubeconfig reaches; it overrides the deployment's kubeConfig.
+	// +optional
+	KubeConfig *KubeConfigReference `json:"kubeConfig,omitempty"`
 }
 
 // BootstrapKeySpec says where a stage copies the bootstrap SSH key.
