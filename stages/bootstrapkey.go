@@ -35,15 +35,15 @@ const (
 // logged or written anywhere else but a cluster's copy.
 func (e *Executor) EnsureBootstrapKey(ctx context.Context, namespace string) (string, error) {
 	secret := &corev1.Secret{}
-	err := e.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: BootstrapKeySecret}, secret)
+	err := e.home.Get(ctx, client.ObjectKey{Namespace: namespace, Name: BootstrapKeySecret}, secret)
 	if apierrors.IsNotFound(err) {
 		secret, err = newBootstrapKey(namespace)
 		if err != nil {
 			return "", err
 		}
-		if err = e.client.Create(ctx, secret); apierrors.IsAlreadyExists(err) {
+		if err = e.home.Create(ctx, secret); apierrors.IsAlreadyExists(err) {
 			// Another daemon made it first; use theirs.
-			err = e.client.Get(ctx, client.ObjectKeyFromObject(secret), secret)
+			err = e.home.Get(ctx, client.ObjectKeyFromObject(secret), secret)
 		}
 	}
 	if err != nil {
@@ -95,7 +95,7 @@ func (e *Executor) copyBootstrapKey(ctx context.Context, stage *Stage, owner Own
 		namespace = owner.Namespace
 	}
 	key := &corev1.Secret{}
-	if err := e.client.Get(ctx, client.ObjectKey{Namespace: owner.Namespace, Name: BootstrapKeySecret}, key); err != nil {
+	if err := e.home.Get(ctx, client.ObjectKey{Namespace: owner.Namespace, Name: BootstrapKeySecret}, key); err != nil {
 		return fmt.Errorf("stage %s: read the bootstrap key: %w", stage.Name, err)
 	}
 	copied := &unstructured.Unstructured{Object: map[string]any{

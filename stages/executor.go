@@ -46,14 +46,22 @@ type Result struct {
 	// Applied is true when this attempt applied every object of the stage.
 	Applied bool
 	// Err is set when State is StageFailed. IsStalled(Err) tells whether
-	// retrying can help.
+	// retrying can help. With StageInProgress it is set only when the
+	// stage's cluster cannot be reached (IsUnreachable): the stage waits
+	// for it, which is not a failure.
 	Err error
 }
 
-// Executor applies and waits for one stage at a time.
+// Executor applies and waits for one stage at a time, on one cluster: the
+// one it was built with, or the one On gives it.
 type Executor struct {
-	client      client.WithWatch
-	manager     *ssa.ResourceManager
+	cluster Cluster
+	client  client.WithWatch
+	manager *ssa.ResourceManager
+	// home is the cluster Capstan runs in, where the ClusterDeployments
+	// and their Secrets (the bootstrap key) live, whichever cluster the
+	// stage acts on.
+	home        client.Client
 	concurrency int
 }
 
@@ -69,17 +77,35 @@ func WithConcurrency(n int) ExecutorOption {
 	}
 }
 
-// NewExecutor returns an Executor that talks to the cluster through c.
+// NewExecutor returns an Executor that acts on the cluster Capstan runs
+// in, through c.
 func NewExecutor(c client.WithWatch, opts ...ExecutorOption) *Executor {
-	e := &Executor{
-		client:      c,
-		manager:     ssa.NewResourceManager(c, nil, ssa.Owner{Field: FieldManager, Group: OwnerGroup}),
-		concurrency: 16,
-	}
+	e := &Executor{home: c, concurrency: 16}
+	e.bind(LocalCluster(c))
 	for _, o := range opts {
 		o(e)
 	}
 	return e
+}
+
+// On returns an executor with e's settings that applies, waits and
+// validates on cluster c. It is cheap: the reconciler calls it per stage.
+func (e *Executor) On(c Cluster) *Executor {
+	on := *e
+	on.bind(c)
+	return &on
+}
+
+// Cluster is the cluster the executor acts on.
+func (e *Executor) Cluster() Cluster { return e.cluster }
+
+func (e *Executor) bind(c Cluster) {
+	e.cluster = c
+	e.client = c.Client()
+	e.manager = nil
+	if e.client != nil {
+		e.manager = ssa.NewResourceManager(e.client, nil, ssa.Owner{Field: FieldManager, Group: OwnerGroup})
+	}
 }
 
 // RunOptions tune one attempt at a stage.
@@ -112,6 +138,13 @@ func (e *Executor) Run(ctx context.Context, stage *Stage, owner Owner, opts RunO
 // executor cannot carry out yet fails as stalled. The result is
 // StageInProgress (done, readiness unknown) or StageFailed.
 func (e *Executor) ApplyStage(ctx context.Context, stage *Stage, owner Owner) Result {
+	if res, down := e.checkAvailable(ctx, stage); down {
+		return res
+	}
+	return e.unreachableAsWaiting(e.applyStage(ctx, stage, owner))
+}
+
+func (e *Executor) applyStage(ctx context.Context, stage *Stage, owner Owner) Result {
 	res := Result{Stage: stage.Name, State: capstanv1.StageInProgress}
 	switch stage.Action {
 	case capstanv1.StageActionApply, "":
@@ -145,6 +178,15 @@ func (e *Executor) ApplyStage(ctx context.Context, stage *Stage, owner Owner) Re
 // stage is done once ApplyStage passed; a delete stage waits until its
 // objects are gone; a rollout stage advances the rollout while it waits.
 func (e *Executor) WaitStage(ctx context.Context, stage *Stage, owner Owner) Result {
+	if stage.Action != capstanv1.StageActionValidate {
+		if res, down := e.checkAvailable(ctx, stage); down {
+			return res
+		}
+	}
+	return e.unreachableAsWaiting(e.waitStage(ctx, stage, owner))
+}
+
+func (e *Executor) waitStage(ctx context.Context, stage *Stage, owner Owner) Result {
 	switch stage.Action {
 	case capstanv1.StageActionValidate:
 		return Result{Stage: stage.Name, State: capstanv1.StageReady}
