@@ -149,6 +149,7 @@ func New(opts Options) (*Daemon, error) {
 		client:   mgr.GetClient(),
 		executor: stages.NewExecutor(direct, stages.WithConcurrency(opts.ApplyConcurrency)),
 		sources:  newSourceCache(),
+		clusters: newClusterCache(mgr.GetAPIReader(), scheme),
 		events:   mgr.GetEventRecorder("capstan"),
 		metrics:  collector,
 		opts:     opts.Reconciler,

@@ -41,6 +41,7 @@ type Reconciler struct {
 	client   client.Client
 	executor *stages.Executor
 	sources  *sourceCache
+	clusters *clusterCache
 	events   recorder.EventRecorder
 	metrics  *metrics.Collector
 	opts     ReconcilerOptions
@@ -48,6 +49,9 @@ type Reconciler struct {
 	fetches  atomic.Int64
 	renders  atomic.Int64
 	failures failureCounter
+	// unreachable counts the consecutive attempts a deployment's stage
+	// waited for its cluster, for the backoff; they are not failures.
+	unreachable failureCounter
 }
 
 // ReconcilerOptions tune the loop.
@@ -134,10 +138,15 @@ func (r *Reconciler) runSteps(ctx context.Context, a *attempt) (reconcile.Result
 }
 
 // forget drops what the reconciler keeps of a deployment that is gone:
-// its metric series and its failure count.
+// its metric series, its failure count and its connections to other
+// clusters.
 func (r *Reconciler) forget(namespace, name string) {
 	r.metrics.Forget(namespace, name)
 	r.failures.reset(types.NamespacedName{Namespace: namespace, Name: name})
+	r.unreachable.reset(types.NamespacedName{Namespace: namespace, Name: name})
+	if r.clusters != nil {
+		r.clusters.forget(namespace, name)
+	}
 }
 
 func (r *Reconciler) requeueAfter(a *attempt) time.Duration {

@@ -50,9 +50,15 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 			r.event(cd, "Normal", "StageInProgress", "stage %s started at %s (%d objects)", st().Name, a.revision, st().Objects)
 		}
 
+		exec, err := r.executorFor(ctx, cd, stage)
 		var res stages.Result
-		if !applied {
-			res = r.executor.ApplyStage(ctx, stage, owner)
+		switch {
+		case stages.IsUnreachable(err):
+			res = stages.Unreachable(stage.Name, err)
+		case err != nil:
+			res = stages.Result{Stage: stage.Name, State: capstanv1.StageFailed, Err: err, Message: err.Error()}
+		case !applied:
+			res = exec.ApplyStage(ctx, stage, owner)
 			r.metrics.CountApply(cd, res.ChangeSet)
 			before = cd.DeepCopy()
 			r.recordResult(cd, st(), stage, res)
@@ -60,7 +66,14 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 				return false, err
 			}
 		}
-		if res.State != capstanv1.StageFailed {
+		if exec == nil || stages.IsUnreachable(res.Err) {
+			// Nothing to wait on: the cluster cannot be asked.
+			before = cd.DeepCopy()
+			r.recordResult(cd, st(), stage, res)
+			if err := r.patchStatus(ctx, before, cd); err != nil {
+				return false, err
+			}
+		} else if res.State != capstanv1.StageFailed {
 			slice := r.waitSlice(stage, st())
 			deadline := time.Now().Add(slice)
 			looked := false
@@ -69,7 +82,7 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 				// Status says nothing yet about what the stage waits for:
 				// look briefly first and say it, then wait out the slice.
 				firstCtx, cancel := context.WithTimeout(ctx, min(slice, firstLook))
-				res = r.executor.WaitStage(firstCtx, stage, owner)
+				res = exec.WaitStage(firstCtx, stage, owner)
 				cancel()
 				if res.State == capstanv1.StageInProgress && time.Until(deadline) > 0 && ctx.Err() == nil {
 					before = cd.DeepCopy()
@@ -79,9 +92,10 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 					}
 				}
 			}
-			if res.State != capstanv1.StageReady && res.State != capstanv1.StageFailed && (!looked || time.Until(deadline) > 0) {
+			if res.State != capstanv1.StageReady && res.State != capstanv1.StageFailed && !stages.IsUnreachable(res.Err) &&
+				(!looked || time.Until(deadline) > 0) {
 				waitCtx, cancel := context.WithDeadline(ctx, deadline)
-				res = r.executor.WaitStage(waitCtx, stage, owner)
+				res = exec.WaitStage(waitCtx, stage, owner)
 				cancel()
 			}
 			before = cd.DeepCopy()
@@ -92,6 +106,7 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 		}
 		switch res.State {
 		case capstanv1.StageReady:
+			r.unreachable.reset(client.ObjectKeyFromObject(cd))
 			r.metrics.ObserveStageEnd(st().Name, metrics.StageResultReady, st().FinishedAt.Sub(st().StartedAt.Time))
 			r.event(cd, "Normal", "StageReady", "stage %s ready after %s", st().Name, st().FinishedAt.Sub(st().StartedAt.Time).Round(time.Millisecond))
 			continue
@@ -105,11 +120,20 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 			// itself ends without error: the stage is retried with backoff.
 			a.outcome = metrics.OutcomeError
 			a.requeue = r.backoff(int(st().Attempts))
-		default:
+		case capstanv1.StageInProgress:
+			if stages.IsUnreachable(res.Err) {
+				// Waiting for the cluster, not failing: back off, but not
+				// so far that its return goes unnoticed for long.
+				n := r.unreachable.inc(client.ObjectKeyFromObject(cd))
+				a.requeue = min(r.backoff(n), unreachableRetryMax)
+				log.FromContext(ctx).Info("stage waits for its cluster", "stage", st().Name, "message", st().Message, "retryIn", a.requeue)
+				return true, nil
+			}
 			// Not ready yet: the wait slice already waited on watch events,
 			// so come back soon rather than after the poll interval.
 			a.requeue = time.Second
 		}
+		r.unreachable.reset(client.ObjectKeyFromObject(cd))
 		return true, nil
 	}
 

@@ -1,0 +1,131 @@
+package reconciler
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/stages"
+)
+
+// secrets answers Get for the Secrets it holds; the cache reads nothing
+// else.
+type secrets map[client.ObjectKey]*corev1.Secret
+
+func (s secrets) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	secret, ok := s[key]
+	if !ok {
+		return apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, key.Name)
+	}
+	secret.DeepCopyInto(obj.(*corev1.Secret))
+	return nil
+}
+
+func (s secrets) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	panic("the cluster cache never lists")
+}
+
+const testToken = "t0ken-that-must-not-show"
+
+func testKubeconfig(t *testing.T, server string) []byte {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: server}
+	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: testToken}
+	cfg.Contexts["x"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	cfg.CurrentContext = "x"
+	data, err := clientcmd.Write(*cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func TestClusterCacheKeysConnectionsBySecretVersion(t *testing.T) {
+	ctx := t.Context()
+	key := client.ObjectKey{Namespace: "ns", Name: "mgmt-kubeconfig"}
+	store := secrets{}
+	cache := newClusterCache(store, Scheme())
+	cd := func(name string) *capstanv1.ClusterDeployment {
+		return &capstanv1.ClusterDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
+	}
+	ref := &capstanv1.KubeConfigReference{SecretRef: capstanv1.SecretKeyReference{Name: key.Name}}
+	put := func(rv string, data map[string][]byte) {
+		store[key] = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, ResourceVersion: rv}, Data: data}
+	}
+
+	_, err := cache.get(ctx, cd("a"), ref)
+	if !stages.IsUnreachable(err) || !strings.Contains(err.Error(), "Secret ns/mgmt-kubeconfig") {
+		t.Fatalf("missing Secret: err = %v, want unreachable naming the Secret", err)
+	}
+
+	put("1", map[string][]byte{"token": []byte(testToken)})
+	_, err = cache.get(ctx, cd("a"), ref)
+	if !stages.IsUnreachable(err) || !strings.Contains(err.Error(), "key value: not in the Secret (it has keys token)") {
+		t.Fatalf("Secret without the key: err = %v, want unreachable naming the key", err)
+	}
+	if strings.Contains(err.Error(), testToken) {
+		t.Fatalf("error %q holds a value of the Secret", err)
+	}
+
+	put("2", map[string][]byte{"value": testKubeconfig(t, "https://127.0.0.1:6443")})
+	first, err := cache.get(ctx, cd("a"), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Name() != "Secret ns/mgmt-kubeconfig" {
+		t.Errorf("connection named %q", first.Name())
+	}
+	again, _ := cache.get(ctx, cd("b"), ref)
+	if again != first {
+		t.Error("the same Secret version gave a new connection")
+	}
+
+	put("3", map[string][]byte{"value": testKubeconfig(t, "https://127.0.0.1:7443")})
+	changed, _ := cache.get(ctx, cd("a"), ref)
+	if changed == first {
+		t.Error("a changed Secret kept the old connection")
+	}
+	_, _ = cache.get(ctx, cd("b"), ref)
+
+	cache.forget("ns", "a")
+	if cache.len() != 1 {
+		t.Errorf("after deployment a is gone, %d connections, want b's 1", cache.len())
+	}
+	cache.forget("ns", "b")
+	if cache.len() != 0 {
+		t.Errorf("after every user is gone, %d connections, want 0", cache.len())
+	}
+}
+
+func TestKubeConfigForPrefersTheStage(t *testing.T) {
+	deployment := &capstanv1.KubeConfigReference{SecretRef: capstanv1.SecretKeyReference{Name: "whole"}}
+	own := &capstanv1.KubeConfigReference{SecretRef: capstanv1.SecretKeyReference{Name: "own"}}
+	for _, tc := range []struct {
+		name          string
+		onCD, onStage *capstanv1.KubeConfigReference
+		want          *capstanv1.KubeConfigReference
+	}{
+		{"neither: the cluster Capstan runs in", nil, nil, nil},
+		{"the deployment's for every stage", deployment, nil, deployment},
+		{"a stage's own overrides the deployment's", deployment, own, own},
+		{"a stage's own alone", nil, own, own},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cd := &capstanv1.ClusterDeployment{Spec: capstanv1.ClusterDeploymentSpec{KubeConfig: tc.onCD}}
+			stage := &stages.Stage{StageSpec: capstanv1.StageSpec{KubeConfig: tc.onStage}}
+			if got := kubeConfigFor(cd, stage); got != tc.want {
+				t.Errorf("kubeConfigFor = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
