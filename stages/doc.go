@@ -10,4 +10,9 @@
 // checks hold or the context's deadline passes. It returns what it did as a
 // Result; it never writes status. The reconciler decides what a Result
 // means for status, events and metrics, and when to try again.
+//
+// The Executor acts on one Cluster, a connection to one cluster: the one
+// Capstan runs in, or another reached through a kubeconfig (Executor.On).
+// A remote cluster that cannot be reached is waited for, not failed
+// (UnreachableError).
 package stages
