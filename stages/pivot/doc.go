@@ -10,4 +10,17 @@
 // way round), and what it pauses first. It is a pure function of the
 // objects the source cluster has, so that `capstan pivot --dry-run` and a
 // resumed move print the same plan.
+//
+// Its second part is the Mover: four steps (pause the source, copy into
+// the target owners first with owner references rewritten and status
+// copied, unpause the target, clean the source down to paused mirrors of
+// the Clusters, Machines and the deployment), each safe to run again, so
+// that a move stopped after any object resumes from the last step it
+// recorded and ends as an uninterrupted one (move_test.go kills it after
+// objects of every step).
+//
+// Not yet here: recording the steps in the deployment's status, the
+// preflight (target reachable, CRDs served, no machine mid-provisioning),
+// Capstan's own handover and fencing, the mirrors' status refresh, and
+// the stage action that runs it; see issue 12.
 package pivot
