@@ -254,13 +254,13 @@ func (g *Graph) DeleteOrder() ([]*Node, error) {
 
 // PauseTargets are the nodes a move pauses in the source before it copies
 // anything: the Cluster API Clusters (spec.paused, which every Cluster API
-// and CAPM3 controller honours) and the BareMetalHosts (the BMO paused
-// annotation), by kind and name.
+// and CAPM3 controller honours), the BareMetalHosts (the BMO paused
+// annotation) and the ClusterDeployments (spec.suspend), by kind and name.
 func (g *Graph) PauseTargets() []*Node {
 	var out []*Node
 	for _, n := range g.nodes {
 		id := n.ID()
-		if (id.Kind == "Cluster" && isClusterAPI(id.APIVersion)) || id.Kind == "BareMetalHost" {
+		if (id.Kind == "Cluster" && isClusterAPI(id.APIVersion)) || id.Kind == "BareMetalHost" || id.Kind == "ClusterDeployment" {
 			out = append(out, n)
 		}
 	}

@@ -236,7 +236,7 @@ func TestPauseTargets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := names(g.PauseTargets()); !slices.Equal(got, []string{"BareMetalHost/mgmt/mgmt-cp-0", "Cluster/mgmt/mgmt"}) {
-		t.Errorf("pause %v, want the host and the Cluster", got)
+	if got := names(g.PauseTargets()); !slices.Equal(got, []string{"BareMetalHost/mgmt/mgmt-cp-0", "Cluster/mgmt/mgmt", "ClusterDeployment/mgmt/mgmt"}) {
+		t.Errorf("pause %v, want the host, the Cluster and the deployment", got)
 	}
 }

@@ -27,12 +27,16 @@ type Step string
 // The steps of a move.
 const (
 	// StepPause stops the controllers in the source from acting on what
-	// moves: spec.paused on Clusters, the paused annotation on hosts.
+	// moves: spec.paused on Clusters, the paused annotation on hosts,
+	// spec.suspend on the ClusterDeployment, so that the Capstan of the
+	// source neither re-applies what the move deletes nor ever writes to
+	// the moved cluster again (its mirror stays suspended).
 	StepPause Step = "Pause"
 	// StepCopy creates every object in the target, owners first, with
 	// owner references rewritten to the target's UIDs and status copied.
 	StepCopy Step = "Copy"
-	// StepUnpause lets the controllers in the target act.
+	// StepUnpause lets the controllers in the target act, and the Capstan
+	// there reconcile the deployment.
 	StepUnpause Step = "Unpause"
 	// StepCleanSource deletes what moved from the source, except the
 	// mirrors, which stay paused and annotated.
@@ -146,6 +150,8 @@ func setPaused(ctx context.Context, c client.Client, u *unstructured.Unstructure
 	switch u.GetKind() {
 	case "Cluster":
 		patch = map[string]any{"spec": map[string]any{"paused": paused}}
+	case "ClusterDeployment":
+		patch = map[string]any{"spec": map[string]any{"suspend": paused}}
 	default: // BareMetalHost
 		var value any // null removes the annotation
 		if paused {

@@ -245,6 +245,12 @@ func assertMoved(t *testing.T, ns string) {
 	if paused, _, _ := unstructured.NestedBool(left["Cluster/mgmt"].Object, "spec", "paused"); !paused {
 		t.Error("the mirror of Cluster mgmt in the source is not paused")
 	}
+	if suspended, _, _ := unstructured.NestedBool(left["ClusterDeployment/mgmt"].Object, "spec", "suspend"); !suspended {
+		t.Error("the ClusterDeployment in the source is not suspended: its Capstan would act on the moved cluster")
+	}
+	if suspended, _, _ := unstructured.NestedBool(byName["ClusterDeployment/mgmt"].Object, "spec", "suspend"); suspended {
+		t.Error("the ClusterDeployment in the target is suspended")
+	}
 }
 
 func TestMoveUninterrupted(t *testing.T) {
@@ -259,14 +265,14 @@ func TestMoveUninterrupted(t *testing.T) {
 // twice, nothing left paused.
 func TestMoveResumesAfterACrashAnywhere(t *testing.T) {
 	// Where to crash: after the n-th object of a step (the fixture pauses
-	// 2 objects, copies 9 and deletes 6 from the source).
+	// 3 objects, copies 9 and deletes 6 from the source).
 	points := []struct {
 		step Step
 		n    int
 	}{
-		{StepPause, 1}, {StepPause, 2},
+		{StepPause, 1}, {StepPause, 3},
 		{StepCopy, 1}, {StepCopy, 4}, {StepCopy, 9},
-		{StepUnpause, 1}, {StepUnpause, 2},
+		{StepUnpause, 1}, {StepUnpause, 3},
 		{StepCleanSource, 1}, {StepCleanSource, 3}, {StepCleanSource, 6},
 	}
 	for _, p := range points {
