@@ -181,8 +181,7 @@ func (e *Executor) checkAvailable(ctx context.Context, stage *Stage) (Result, bo
 // waiting for it. The cluster Capstan runs in is never judged so: if it
 // does not answer, the daemon cannot record anything either.
 func (e *Executor) unreachableAsWaiting(res Result) Result {
-	if res.State != capstanv1.StageFailed || e.cluster == nil || e.cluster.Name() == LocalClusterName ||
-		IsStalled(res.Err) || !isNetworkError(res.Err) {
+	if res.State != capstanv1.StageFailed || !e.remote() || IsStalled(res.Err) || !isNetworkError(res.Err) {
 		return res
 	}
 	changes, applied := res.ChangeSet, res.Applied
@@ -195,4 +194,11 @@ func (e *Executor) unreachableAsWaiting(res Result) Result {
 // cluster: InProgress, with err (an UnreachableError) as its message.
 func Unreachable(stage string, err error) Result {
 	return Result{Stage: stage, State: capstanv1.StageInProgress, Err: err, Message: err.Error()}
+}
+
+// remote reports whether the executor acts on another cluster than the
+// one Capstan runs in.
+func (e *Executor) remote() bool {
+	_, local := e.cluster.(localCluster)
+	return e.cluster != nil && !local
 }

@@ -1,11 +1,16 @@
 package stages_test
 
 import (
+	"context"
+	"io"
 	"net"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/fluxcd/pkg/ssa"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -137,5 +142,110 @@ func TestExecutorOnUnreachableClusterWaits(t *testing.T) {
 		if strings.Contains(res.Message, secretToken) {
 			t.Errorf("%s message %q holds the token", name, res.Message)
 		}
+	}
+}
+
+// cuttableProxy forwards TCP connections to addr until cut, which closes
+// the listener and every connection: a cluster that goes away.
+type cuttableProxy struct {
+	listener net.Listener
+	mu       sync.Mutex
+	conns    []net.Conn
+}
+
+func startProxy(t testing.TB, addr string) *cuttableProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cuttableProxy{listener: l}
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", addr)
+			if err != nil {
+				_ = in.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, in, out)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
+			go func() { _, _ = io.Copy(in, out); _ = in.Close() }()
+		}
+	}()
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *cuttableProxy) cut() {
+	_ = p.listener.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// TestWaitOnClusterThatGoesAway: a remote cluster that goes away while a
+// stage waits on its watches is reported as unreachable at once, not when
+// the wait's deadline passes.
+func TestWaitOnClusterThatGoesAway(t *testing.T) {
+	ns := newNamespace(t)
+	data, err := os.ReadFile(env.KubeconfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := clientcmd.Load(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var proxy *cuttableProxy
+	for _, c := range kc.Clusters {
+		u, err := url.Parse(c.Server)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxy = startProxy(t, u.Host)
+		c.Server = "https://" + proxy.listener.Addr().String()
+	}
+	data, err = clientcmd.Write(*kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote, err := stages.NewKubeconfigCluster("Secret "+ns+"/leaving-kubeconfig", data, scheme.Scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := stages.NewExecutor(nil).On(remote)
+	stage := &stages.Stage{
+		StageSpec: capstanv1.StageSpec{Name: "Remote", Action: capstanv1.StageActionApply, ReadyWhen: []capstanv1.ReadinessCheck{{
+			Kind: "ConfigMap", CEL: "has(object.metadata.annotations)",
+		}}},
+		Objects: []*unstructured.Unstructured{configMap(ns, "leaving", map[string]any{"a": "b"})},
+	}
+	if res := e.ApplyStage(testContext(t), stage, owner); res.State != capstanv1.StageInProgress || res.Err != nil {
+		t.Fatalf("ApplyStage = %s: %s", res.State, res.Message)
+	}
+	ctx, cancel := context.WithTimeout(testContext(t), 30*time.Second)
+	defer cancel()
+	done := make(chan stages.Result, 1)
+	go func() { done <- e.WaitStage(ctx, stage, owner) }()
+	time.Sleep(time.Second) // listed and watching
+	cutAt := time.Now()
+	proxy.cut()
+	res := <-done
+	if res.State != capstanv1.StageInProgress || !stages.IsUnreachable(res.Err) {
+		t.Fatalf("WaitStage = %s (err %v, message %q), want InProgress waiting for the cluster", res.State, res.Err, res.Message)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("WaitStage returned at its deadline (%s after the cut), want as soon as the cluster went away", time.Since(cutAt))
+	}
+	if !strings.Contains(res.Message, "cluster of Secret "+ns+"/leaving-kubeconfig unreachable") {
+		t.Errorf("message %q does not name the cluster's Secret", res.Message)
 	}
 }

@@ -137,6 +137,12 @@ func (e *Executor) follow(ctx context.Context, g groupKey, names map[string]bool
 				send(observation{err: Stalled(fmt.Errorf("watch %s: %w", g.gvk.Kind, err))})
 				return
 			}
+			if e.remote() && isNetworkError(err) {
+				// A remote cluster that went away: say so now, rather
+				// than wait out the slice on what was last seen.
+				send(observation{err: fmt.Errorf("list %s: %w", g.gvk.Kind, err)})
+				return
+			}
 			if !retry() {
 				return
 			}
@@ -162,6 +168,10 @@ func (e *Executor) follow(ctx context.Context, g groupKey, names map[string]bool
 		watchList.SetGroupVersionKind(listGVK)
 		w, err := e.client.Watch(ctx, watchList, append(opts, &client.ListOptions{Raw: watchOptions(list.GetResourceVersion())})...)
 		if err != nil {
+			if e.remote() && isNetworkError(err) {
+				send(observation{err: fmt.Errorf("watch %s: %w", g.gvk.Kind, err)})
+				return
+			}
 			// Back off as for a failed list, or a watch that cannot be
 			// opened (RBAC without watch) turns into a hot loop of lists.
 			if !retry() {
