@@ -1,0 +1,128 @@
+package pivot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Labels Capstan's executor puts on every object it applies.
+const (
+	appliedByName      = "capstan.dev/name"
+	appliedByNamespace = "capstan.dev/namespace"
+)
+
+// builtInGroups are served by kube-apiserver itself. Of their kinds only
+// Secrets and ConfigMaps move: the rest belongs to the cluster, not to the
+// deployment (Pods, Events, Leases, ...).
+var builtInGroups = map[string]bool{
+	"": true, "apps": true, "batch": true, "policy": true, "autoscaling": true, "coordination.k8s.io": true,
+	"discovery.k8s.io": true, "events.k8s.io": true, "networking.k8s.io": true, "node.k8s.io": true,
+	"rbac.authorization.k8s.io": true, "scheduling.k8s.io": true, "storage.k8s.io": true,
+	"admissionregistration.k8s.io": true, "apiextensions.k8s.io": true, "apiregistration.k8s.io": true,
+	"authentication.k8s.io": true, "authorization.k8s.io": true, "certificates.k8s.io": true,
+	"flowcontrol.apiserver.k8s.io": true, "internal.apiserver.k8s.io": true, "resource.k8s.io": true,
+	"storagemigration.k8s.io": true,
+}
+
+// movableKinds are the namespaced kinds a cluster serves that can move:
+// Secrets, ConfigMaps and every custom resource that can be listed, in
+// their preferred versions.
+func movableKinds(d discovery.DiscoveryInterface) ([]schema.GroupVersionKind, error) {
+	lists, err := d.ServerPreferredNamespacedResources()
+	if err != nil && len(lists) == 0 {
+		return nil, fmt.Errorf("discover the kinds the cluster serves: %w", err)
+	}
+	var kinds []schema.GroupVersionKind
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, r := range l.APIResources {
+			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") {
+				continue
+			}
+			if builtInGroups[gv.Group] && !(gv.Group == "" && (r.Kind == "Secret" || r.Kind == "ConfigMap")) {
+				continue
+			}
+			kinds = append(kinds, gv.WithKind(r.Kind))
+		}
+	}
+	return kinds, nil
+}
+
+// List returns every movable object of the namespaces: what BuildGraph
+// chooses from.
+func List(ctx context.Context, c client.Client, d discovery.DiscoveryInterface, namespaces []string) ([]*unstructured.Unstructured, error) {
+	kinds, err := movableKinds(d)
+	if err != nil {
+		return nil, err
+	}
+	var out []*unstructured.Unstructured
+	var errs []error
+	for _, ns := range namespaces {
+		for _, gvk := range kinds {
+			list := &unstructured.UnstructuredList{}
+			list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+			if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
+				errs = append(errs, fmt.Errorf("list %s in %s: %w", gvk.Kind, ns, err))
+				continue
+			}
+			for i := range list.Items {
+				out = append(out, &list.Items[i])
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// Discover lists what a move of the deployment namespace/name chooses
+// from: every movable object of the namespaces that hold the deployment
+// or an object it applied, and the deployment's own objects among them.
+func Discover(ctx context.Context, c client.Client, d discovery.DiscoveryInterface, namespace, name string) (all []*unstructured.Unstructured, roots []Object, err error) {
+	kinds, err := movableKinds(d)
+	if err != nil {
+		return nil, nil, err
+	}
+	namespaces := []string{namespace}
+	selector := client.MatchingLabels{appliedByName: name, appliedByNamespace: namespace}
+	for _, gvk := range kinds {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err := c.List(ctx, list, selector); err != nil {
+			return nil, nil, fmt.Errorf("list the %s objects of ClusterDeployment %s/%s: %w", gvk.Kind, namespace, name, err)
+		}
+		for _, u := range list.Items {
+			if !slices.Contains(namespaces, u.GetNamespace()) {
+				namespaces = append(namespaces, u.GetNamespace())
+			}
+		}
+	}
+	if all, err = List(ctx, c, d, namespaces); err != nil {
+		return nil, nil, err
+	}
+	return all, DeploymentRoots(all, namespace, name), nil
+}
+
+// DeploymentRoots are the objects the deployment namespace/name applied
+// (Capstan's executor labels each with the deployment), and the
+// deployment itself, among all.
+func DeploymentRoots(all []*unstructured.Unstructured, namespace, name string) []Object {
+	var roots []Object
+	for _, u := range all {
+		l := u.GetLabels()
+		self := u.GetKind() == "ClusterDeployment" && u.GetNamespace() == namespace && u.GetName() == name
+		if self || (l[appliedByName] == name && l[appliedByNamespace] == namespace) {
+			roots = append(roots, ObjectOf(u))
+		}
+	}
+	return roots
+}
