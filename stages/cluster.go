@@ -145,10 +145,13 @@ func (r *remoteCluster) RESTMapper() meta.RESTMapper { return r.client.RESTMappe
 // read every API server answers, so any error means the cluster cannot be
 // used now.
 func (r *remoteCluster) CheckAvailable(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, availableTimeout)
+	probe, cancel := context.WithTimeout(ctx, availableTimeout)
 	defer cancel()
-	res := r.discovery.RESTClient().Get().AbsPath("/version").Do(ctx)
+	res := r.discovery.RESTClient().Get().AbsPath("/version").Do(probe)
 	if err := res.Error(); err != nil {
+		if probe.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("no answer to GET /version within %s", availableTimeout)
+		}
 		return err
 	}
 	var code int
@@ -169,7 +172,7 @@ func (e *Executor) checkAvailable(ctx context.Context, stage *Stage) (Result, bo
 	if err == nil {
 		return Result{}, false
 	}
-	if ctx.Err() != nil && !isNetworkError(err) {
+	if ctx.Err() != nil {
 		// The attempt ended while asking; nothing was learnt about the cluster.
 		return Result{Stage: stage.Name, State: capstanv1.StageInProgress, Message: "waiting for cluster of " + e.cluster.Name()}, true
 	}

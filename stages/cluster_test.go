@@ -2,6 +2,9 @@ package stages_test
 
 import (
 	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/url"
@@ -9,11 +12,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fluxcd/pkg/ssa"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -247,5 +253,62 @@ func TestWaitOnClusterThatGoesAway(t *testing.T) {
 	}
 	if !strings.Contains(res.Message, "cluster of Secret "+ns+"/leaving-kubeconfig unreachable") {
 		t.Errorf("message %q does not name the cluster's Secret", res.Message)
+	}
+}
+
+func TestIsNetworkError(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"connection refused, wrapped by the client", &url.Error{Op: "Get", URL: "https://127.0.0.1:1/version", Err: refused}, true},
+		{"a name that does not resolve", &net.DNSError{Err: "no such host", Name: "mgmt.example"}, true},
+		{"an unknown certificate authority", fmt.Errorf("get: %w", x509.UnknownAuthorityError{}), true},
+		{"a timeout that lost its type", errors.New("failed to get API group resources: dial tcp 10.0.0.1:6443: i/o timeout"), true},
+		{"the server refusing the object", apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "x", nil), false},
+		{"the server quoting a webhook's TLS error", apierrors.NewInternalError(errors.New("calling webhook: tls: failed to verify certificate")), false},
+		{"the context's own deadline", context.DeadlineExceeded, false},
+		{"nothing", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := stages.IsNetworkError(tc.err); got != tc.want {
+				t.Errorf("isNetworkError(%v) = %t, want %t", tc.err, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestExecutorOnSilentClusterWaits: a server that accepts connections but
+// never answers is unreachable after the availability check's bound, not
+// after the dialer's or the attempt's.
+func TestExecutorOnSilentClusterWaits(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() })
+		}
+	}()
+	remote, err := stages.NewKubeconfigCluster("Secret ns/silent-kubeconfig", kubeconfigFor(t, "https://"+l.Addr().String()), scheme.Scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stage := &stages.Stage{StageSpec: capstanv1.StageSpec{Name: "Remote", Action: capstanv1.StageActionApply},
+		Objects: []*unstructured.Unstructured{configMap("default", "silent", map[string]any{"a": "b"})}}
+	res := stages.NewExecutor(nil).On(remote).ApplyStage(testContext(t), stage, owner)
+	if res.State != capstanv1.StageInProgress || !stages.IsUnreachable(res.Err) {
+		t.Fatalf("ApplyStage = %s (err %v), want InProgress waiting for the cluster", res.State, res.Err)
+	}
+	if want := "cluster of Secret ns/silent-kubeconfig unreachable: no answer to GET /version within 5s"; res.Message != want {
+		t.Errorf("message %q, want %q", res.Message, want)
 	}
 }

@@ -1,6 +1,7 @@
 package stages
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -79,7 +80,9 @@ func IsUnreachable(err error) bool {
 // a request: the connection refused or reset, a name that does not
 // resolve, a TLS handshake or certificate that fails, a timeout.
 func isNetworkError(err error) bool {
-	if err == nil {
+	// A context that ended is the caller's deadline, not the network's,
+	// though it says Timeout too.
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return false
 	}
 	var (
@@ -100,6 +103,12 @@ func isNetworkError(err error) bool {
 		return true
 	case utilnet.IsConnectionRefused(err), utilnet.IsConnectionReset(err), utilnet.IsProbableEOF(err):
 		return true
+	}
+	// An answer of the API server is not a problem of the path to it, even
+	// when it quotes one (a webhook the server could not call).
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return false
 	}
 	// Errors that lost their type on the way (discovery joins them as text).
 	msg := err.Error()

@@ -9,3 +9,6 @@ func SetCRDEstablishTimeout(d time.Duration) (restore func()) {
 	crdEstablishTimeout = d
 	return func() { crdEstablishTimeout = old }
 }
+
+// IsNetworkError exposes isNetworkError to the tests.
+var IsNetworkError = isNetworkError
