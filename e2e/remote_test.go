@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -150,12 +151,77 @@ func startTarget(t *testing.T) *target {
 // loopback that nothing listens on.
 func (tg *target) unreachableKubeconfig(t testing.TB) []byte {
 	t.Helper()
+	return tg.kubeconfigAt(t, freeAddr(t))
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
 	_ = l.Close()
+	return addr
+}
+
+// serverAddr is the target API server's host:port.
+func (tg *target) serverAddr(t testing.TB) string {
+	t.Helper()
+	cfg, err := clientcmd.Load(tg.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		return strings.TrimPrefix(c.Server, "https://")
+	}
+	t.Fatal("the target's kubeconfig has no cluster")
+	return ""
+}
+
+// forward serves addr by forwarding every connection to the target's API
+// server until the test ends: the target's "coming back" at an address
+// its kubeconfig already names.
+func (tg *target) forward(t testing.TB, addr string) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := tg.serverAddr(t)
+	var conns []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", server)
+			if err != nil {
+				_ = in.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, in, out)
+			mu.Unlock()
+			go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
+			go func() { _, _ = io.Copy(in, out); _ = in.Close() }()
+		}
+	}()
+}
+
+// kubeconfigAt is the target's kubeconfig pointed at addr.
+func (tg *target) kubeconfigAt(t testing.TB, addr string) []byte {
+	t.Helper()
 	cfg, err := clientcmd.Load(tg.kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -327,6 +393,31 @@ func TestStagesOnRemoteClusters(t *testing.T) {
 			t.Errorf("capstan_reconcile_consecutive_failures = %v after recovering, want 0", got)
 		}
 		tg.assertNoToken(t, c, ns, "down")
+	})
+
+	t.Run("a cluster that comes back is used again with the same Secret", func(t *testing.T) {
+		c := newClient(t)
+		ns := newNamespace(t)
+		url := newRemoteRepo(t, ns)
+		addr := freeAddr(t)
+		writeKubeconfigSecret(t, c, ns, "back-kubeconfig", tg.kubeconfigAt(t, addr))
+		startDaemon(t, nil)
+		createDeployment(t, c, ns, "back", remoteSpec(url, ns, gitSecret(t, c, ns), kubeconfigRef("back-kubeconfig")))
+		waitDeployment(t, c, ns, "back", "stage Remote waiting for its cluster",
+			stageWaits("Remote", "cluster of Secret "+ns+"/back-kubeconfig unreachable", "connection refused"))
+
+		// The cluster answers at the address the Secret names: nothing
+		// else changes, and the connection built while it was down works.
+		tg.forward(t, addr)
+		waitFor(t, "the remote ConfigMap once the cluster answers", func() (bool, error) {
+			return object(t, tg.client, configMapGVK, ns, "remote-settings") != nil, nil
+		})
+		cm := object(t, tg.client, configMapGVK, ns, "remote-settings")
+		patch := client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"annotations":{"`+remoteReadyAnnotation+`":"true"}}}`))
+		if err := tg.client.Patch(context.Background(), cm, patch); err != nil {
+			t.Fatal(err)
+		}
+		waitDeployment(t, c, ns, "back", "Ready", isReady)
 	})
 
 	t.Run("a missing or malformed kubeconfig Secret is waited for and heals", func(t *testing.T) {
