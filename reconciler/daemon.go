@@ -109,8 +109,10 @@ func New(opts Options) (*Daemon, error) {
 		Metrics:                metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress: opts.HealthAddr,
 		Client: client.Options{Cache: &client.CacheOptions{
-			// Secrets are read once per source change; caching every
-			// Secret in the cluster would cost memory and RBAC.
+			// Secrets are read one by one (source credentials once per
+			// source change, a kubeconfig once per attempt at a remote
+			// stage); caching every Secret in the cluster would cost
+			// memory and RBAC.
 			DisableFor: []client.Object{&corev1.Secret{}},
 		}},
 	}
