@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -147,9 +148,13 @@ func New(opts Options) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: create client: %w", err)
 	}
+	disco, err := discovery.NewDiscoveryClientForConfig(opts.Config)
+	if err != nil {
+		return nil, fmt.Errorf("new daemon: create discovery client: %w", err)
+	}
 	r := &Reconciler{
 		client:   mgr.GetClient(),
-		executor: stages.NewExecutor(direct, stages.WithConcurrency(opts.ApplyConcurrency)),
+		executor: stages.NewExecutor(direct, stages.WithConcurrency(opts.ApplyConcurrency), stages.WithHomeDiscovery(disco)),
 		sources:  newSourceCache(),
 		clusters: newClusterCache(mgr.GetAPIReader(), scheme),
 		events:   mgr.GetEventRecorder("capstan"),

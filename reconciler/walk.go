@@ -52,6 +52,7 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 
 		exec, err := r.executorFor(ctx, cd, stage)
 		var res stages.Result
+		moved := false
 		switch {
 		case stages.IsUnreachable(err):
 			res = stages.Unreachable(stage.Name, err)
@@ -59,6 +60,7 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 			res = stages.Result{Stage: stage.Name, State: capstanv1.StageFailed, Err: err, Message: err.Error()}
 		case !applied:
 			res = exec.ApplyStage(ctx, stage, owner)
+			moved = res.Moved
 			r.metrics.CountApply(cd, res.ChangeSet)
 			before = cd.DeepCopy()
 			r.recordResult(cd, st(), stage, res)
@@ -109,6 +111,13 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 			r.unreachable.reset(client.ObjectKeyFromObject(cd))
 			r.metrics.ObserveStageEnd(st().Name, metrics.StageResultReady, st().FinishedAt.Sub(st().StartedAt.Time))
 			r.event(cd, "Normal", "StageReady", "stage %s ready after %s", st().Name, st().FinishedAt.Sub(st().StartedAt.Time).Round(time.Millisecond))
+			if moved {
+				// The deployment lives in the target now; here it is a
+				// suspended mirror, and the stages after this one are the
+				// target's Capstan's to run.
+				r.event(cd, "Normal", "Pivoted", "stage %s: %s; the stages after it run there", st().Name, st().Message)
+				return true, nil
+			}
 			continue
 		case capstanv1.StageFailed:
 			r.metrics.ObserveStageEnd(st().Name, metrics.StageResultFailed, r.opts.Now().Sub(st().StartedAt.Time))

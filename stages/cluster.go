@@ -69,6 +69,9 @@ type remoteCluster struct {
 
 var _ Cluster = (*remoteCluster)(nil)
 
+// Discovery lists the kinds the cluster serves.
+func (r *remoteCluster) Discovery() discovery.DiscoveryInterface { return r.discovery }
+
 // availableTimeout bounds CheckAvailable, so that a cluster that does not
 // answer (a black-holed address) costs seconds, not the dialer's 30 s.
 const availableTimeout = 5 * time.Second

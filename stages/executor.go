@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
@@ -50,6 +51,10 @@ type Result struct {
 	// stage's cluster cannot be reached (IsUnreachable): the stage waits
 	// for it, which is not a failure.
 	Err error
+	// Moved is true when a pivot stage moved the deployment into another
+	// cluster: the Capstan there goes on with the stages after it, and
+	// this one stops walking (the deployment here is a suspended mirror).
+	Moved bool
 }
 
 // Executor applies and waits for one stage at a time, on one cluster: the
@@ -63,6 +68,8 @@ type Executor struct {
 	// stage acts on.
 	home        client.Client
 	concurrency int
+	// homeDiscovery lists the kinds the home cluster serves, for a pivot.
+	homeDiscovery discovery.DiscoveryInterface
 }
 
 // ExecutorOption configures an Executor.
@@ -166,6 +173,8 @@ func (e *Executor) applyStage(ctx context.Context, stage *Stage, owner Owner) Re
 		return e.scaleStage(ctx, stage, owner)
 	case capstanv1.StageActionDelete:
 		return e.deleteStage(ctx, stage, owner)
+	case capstanv1.StageActionPivot:
+		return e.pivotStage(ctx, stage, owner)
 	default:
 		return failed(res, Stalled(fmt.Errorf("stage %s: action %q is not supported yet", stage.Name, stage.Action)))
 	}
@@ -188,7 +197,8 @@ func (e *Executor) WaitStage(ctx context.Context, stage *Stage, owner Owner) Res
 
 func (e *Executor) waitStage(ctx context.Context, stage *Stage, owner Owner) Result {
 	switch stage.Action {
-	case capstanv1.StageActionValidate:
+	case capstanv1.StageActionValidate, capstanv1.StageActionPivot:
+		// Done in ApplyStage, or failed there.
 		return Result{Stage: stage.Name, State: capstanv1.StageReady}
 	case capstanv1.StageActionRollout:
 		return e.rolloutStage(ctx, stage, owner)

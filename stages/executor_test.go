@@ -517,11 +517,27 @@ func TestRunUnsupportedActionStalls(t *testing.T) {
 	c, _ := newClient(t)
 	e := stages.NewExecutor(c)
 	stage := &stages.Stage{
+		StageSpec: capstanv1.StageSpec{Name: "Teleport", Action: "teleport"},
+		Objects:   []*unstructured.Unstructured{configMap(ns, "a", nil)},
+	}
+	res := e.Run(testContext(t), stage, owner, stages.RunOptions{})
+	if res.State != capstanv1.StageFailed || !stages.IsStalled(res.Err) || !strings.Contains(res.Message, `action "teleport" is not supported`) {
+		t.Errorf("Run = %s (err %v), want a stalled failure naming the action", res.State, res.Err)
+	}
+}
+
+// A pivot stage moves into the cluster its kubeConfig names; without one
+// it can never move anything, and says what to add.
+func TestPivotWithoutTargetStalls(t *testing.T) {
+	ns := newNamespace(t)
+	c, _ := newClient(t)
+	e := stages.NewExecutor(c)
+	stage := &stages.Stage{
 		StageSpec: capstanv1.StageSpec{Name: "Pivot", Action: capstanv1.StageActionPivot},
 		Objects:   []*unstructured.Unstructured{configMap(ns, "a", nil)},
 	}
 	res := e.Run(testContext(t), stage, owner, stages.RunOptions{})
-	if res.State != capstanv1.StageFailed || !stages.IsStalled(res.Err) || !strings.Contains(res.Message, `action "pivot" is not supported`) {
-		t.Errorf("Run = %s (err %v), want a stalled failure naming the action", res.State, res.Err)
+	if res.State != capstanv1.StageFailed || !stages.IsStalled(res.Err) || !strings.Contains(res.Message, "kubeConfig") {
+		t.Errorf("Run = %s (err %v), want a stalled failure asking for kubeConfig", res.State, res.Err)
 	}
 }

@@ -24,8 +24,8 @@ import (
 // Annotations on the source's ClusterDeployment that record a move by
 // hand, so that `capstan pivot` run again resumes it.
 const (
-	pivotStepAnnotation   = "capstan.dev/pivot-step"
-	pivotTargetAnnotation = "capstan.dev/pivot-target"
+	pivotStepAnnotation   = pivot.StepAnnotation
+	pivotTargetAnnotation = pivot.TargetAnnotation
 )
 
 type pivotFlags struct {
@@ -160,7 +160,7 @@ func runPivot(ctx context.Context, out io.Writer, f pivotFlags, name string) err
 	}
 	counts := map[pivot.Step]int{}
 	m := &pivot.Mover{
-		Source: source.client, Target: target.client, TargetName: target.config.Host,
+		Source: source.client, Target: target.client, SourceName: source.config.Host, TargetName: target.config.Host,
 		Touched: func(s pivot.Step, _ pivot.Object) error { counts[s]++; return nil },
 		Done: func(s pivot.Step) error {
 			fmt.Fprintf(out, "  ✓ %-12s %d objects\n", s, counts[s])

@@ -165,7 +165,10 @@ func isClusterAPI(apiVersion string) bool {
 type secretRef struct{ field, name string }
 
 // secretRefs are the Secrets an object names in its spec, in the same
-// namespace, for the kinds whose Secrets Cluster API does not label.
+// namespace, for the kinds whose Secrets Cluster API does not label, and
+// for the ClusterDeployment: its source's credentials and signature keys
+// and the kubeconfigs its stages use, which the Capstan in the target
+// needs to go on.
 func secretRefs(u *unstructured.Unstructured) []secretRef {
 	var fields [][]string
 	switch u.GetKind() {
@@ -173,6 +176,26 @@ func secretRefs(u *unstructured.Unstructured) []secretRef {
 		fields = [][]string{{"spec", "bmc", "credentialsName"}, {"spec", "userData", "name"}, {"spec", "networkData", "name"}, {"spec", "metaData", "name"}}
 	case "Metal3Machine":
 		fields = [][]string{{"spec", "userData", "name"}, {"spec", "networkData", "name"}, {"spec", "metaData", "name"}}
+	case "ClusterDeployment":
+		fields = [][]string{
+			{"spec", "source", "git", "secretRef", "name"}, {"spec", "source", "git", "verify", "secretRef", "name"},
+			{"spec", "source", "oci", "secretRef", "name"}, {"spec", "source", "oci", "verify", "secretRef", "name"},
+			{"spec", "kubeConfig", "secretRef", "name"},
+		}
+		stages, _, _ := unstructured.NestedSlice(u.Object, "spec", "stages")
+		var refs []secretRef
+		for i, st := range stages {
+			m, _ := st.(map[string]any)
+			if name, _, _ := unstructured.NestedString(m, "kubeConfig", "secretRef", "name"); name != "" {
+				refs = append(refs, secretRef{field: fmt.Sprintf(".spec.stages[%d].kubeConfig.secretRef.name", i), name: name})
+			}
+		}
+		for _, f := range fields {
+			if name, _, _ := unstructured.NestedString(u.Object, f...); name != "" {
+				refs = append(refs, secretRef{field: "." + strings.Join(f, "."), name: name})
+			}
+		}
+		return refs
 	}
 	var refs []secretRef
 	for _, f := range fields {

@@ -19,6 +19,19 @@ import (
 // read-only copy of the one in the target, and names the target.
 const MirrorAnnotation = "capstan.dev/mirror-of"
 
+// ArrivedAnnotation marks a ClusterDeployment a move created in the
+// target, and names the source: the Capstan there finds its pivot stage
+// done and goes on with the stages after it.
+const ArrivedAnnotation = "capstan.dev/pivoted-from"
+
+// StepAnnotation records on the source's ClusterDeployment the last step
+// of a move done, and TargetAnnotation the target, so that a move resumes
+// after an interruption.
+const (
+	StepAnnotation   = "capstan.dev/pivot-step"
+	TargetAnnotation = "capstan.dev/pivot-target"
+)
+
 // Step is one step of a move, in the order a move takes them. Each is
 // safe to run again: a move that stopped anywhere resumes by running its
 // steps from the one recorded last, and ends as an uninterrupted one.
@@ -50,8 +63,9 @@ var Steps = []Step{StepPause, StepCopy, StepUnpause, StepCleanSource}
 type Mover struct {
 	// Source is the cluster the objects are in, Target where they go.
 	Source, Target client.Client
-	// TargetName names the target in the mirrors' annotation.
-	TargetName string
+	// SourceName and TargetName name the clusters in the annotations of
+	// the moved deployment and of the mirrors.
+	SourceName, TargetName string
 	// Mirror says which objects stay in the source as read-only copies;
 	// nil means IsMirror.
 	Mirror func(Object) bool
@@ -201,6 +215,16 @@ func (m *Mover) copy(ctx context.Context, g *Graph) error {
 			return fmt.Errorf("read %s in the target: %w", ObjectOf(src), err)
 		}
 		created := copyOf(src, uids)
+		if created.GetKind() == "ClusterDeployment" {
+			annotations := created.GetAnnotations()
+			if annotations == nil {
+				annotations = map[string]string{}
+			}
+			delete(annotations, StepAnnotation)
+			delete(annotations, TargetAnnotation)
+			annotations[ArrivedAnnotation] = m.SourceName
+			created.SetAnnotations(annotations)
+		}
 		status, hasStatus := src.Object["status"]
 		if err := m.Target.Create(ctx, created); err != nil {
 			return fmt.Errorf("create %s in the target: %w", ObjectOf(src), err)
