@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/capstan-dev/capstan/internal/promserver"
+	"github.com/capstan-dev/capstan/internal/promserver/promtest"
 )
 
 const (
@@ -24,7 +25,7 @@ var shippedAlerts = []string{"CapstanStageStuck", "CapstanReconcileFailing", "Ca
 
 func promtool(t *testing.T, dir string, args ...string) {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), promTools(t).Promtool, args...)
+	cmd := exec.CommandContext(t.Context(), promtest.Tools(t).Promtool, args...)
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	if err != nil {

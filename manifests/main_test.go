@@ -1,9 +1,7 @@
 package manifests_test
 
 import (
-	"context"
 	"flag"
-	"os"
 	"regexp"
 	"sort"
 	"testing"
@@ -15,28 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
-	"github.com/capstan-dev/capstan/internal/promserver"
 	"github.com/capstan-dev/capstan/reconciler/metrics"
 )
 
 var update = flag.Bool("update", false, "rewrite generated files (alerts/prometheusrule.yaml)")
-
-// promTools returns promtool and prometheus, installing them when missing.
-// Where they cannot be installed the test is skipped, except on CI
-// (CI=true), where it fails: the alert rules must be tested there.
-func promTools(t *testing.T) promserver.Binaries {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
-	defer cancel()
-	b, err := promserver.EnsureInstalled(ctx, os.Stderr)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	return b
-}
 
 // exportedMetrics returns the name of every series the collector exports
 // once it has seen a deployment, histograms as their _bucket, _sum and
