@@ -84,7 +84,7 @@ func remoteSpec(url, ns, gitSecretName string, remote *capstanv1.KubeConfigRefer
 
 // kubeconfigRef names key value of Secret name, as Cluster API writes it.
 func kubeconfigRef(name string) *capstanv1.KubeConfigReference {
-	return &capstanv1.KubeConfigReference{SecretRef: capstanv1.SecretKeyReference{Name: name}}
+	return &capstanv1.KubeConfigReference{SecretRef: &capstanv1.SecretKeyReference{Name: name}}
 }
 
 // writeKubeconfigSecret creates or updates Secret name in ns with value

@@ -58,7 +58,7 @@ func TestClusterCacheKeysConnectionsBySecretVersion(t *testing.T) {
 	cd := func(name string) *capstanv1.ClusterDeployment {
 		return &capstanv1.ClusterDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
 	}
-	ref := &capstanv1.KubeConfigReference{SecretRef: capstanv1.SecretKeyReference{Name: key.Name}}
+	ref := &capstanv1.KubeConfigReference{SecretRef: &capstanv1.SecretKeyReference{Name: key.Name}}
 	put := func(rv string, data map[string][]byte) {
 		store[key] = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, ResourceVersion: rv}, Data: data}
 	}
@@ -108,8 +108,8 @@ func TestClusterCacheKeysConnectionsBySecretVersion(t *testing.T) {
 }
 
 func TestKubeConfigForPrefersTheStage(t *testing.T) {
-	deployment := &capstanv1.KubeConfigReference{SecretRef: capstanv1.SecretKeyReference{Name: "whole"}}
-	own := &capstanv1.KubeConfigReference{SecretRef: capstanv1.SecretKeyReference{Name: "own"}}
+	deployment := &capstanv1.KubeConfigReference{SecretRef: &capstanv1.SecretKeyReference{Name: "whole"}}
+	own := &capstanv1.KubeConfigReference{SecretRef: &capstanv1.SecretKeyReference{Name: "own"}}
 	for _, tc := range []struct {
 		name          string
 		onCD, onStage *capstanv1.KubeConfigReference

@@ -61,12 +61,29 @@ type ClusterDeploymentSpec struct {
 	KubeConfig *KubeConfigReference `json:"kubeConfig,omitempty"`
 }
 
-// KubeConfigReference says where a kubeconfig is read from.
+// KubeConfigReference says where a kubeconfig is read from: a Secret
+// named outright, or the Secret Cluster API writes for a Cluster the
+// deployment applies. Exactly one is set.
 type KubeConfigReference struct {
 	// SecretRef names the Secret, in the ClusterDeployment's namespace,
-	// that holds the kubeconfig: Cluster API writes it as
-	// <cluster>-kubeconfig under the key value.
-	SecretRef SecretKeyReference `json:"secretRef"`
+	// that holds the kubeconfig.
+	// +optional
+	SecretRef *SecretKeyReference `json:"secretRef,omitempty"`
+	// Cluster names a Cluster API Cluster of the deployment: its
+	// kubeconfig is the Secret <cluster>-kubeconfig, key value, in the
+	// Cluster's namespace, which Cluster API writes once the control
+	// plane is up. An empty name means the one Cluster the deployment
+	// applies. This is how a profile says "the cluster being built".
+	// +optional
+	Cluster *ClusterKubeConfigReference `json:"cluster,omitempty"`
+}
+
+// ClusterKubeConfigReference names a Cluster API Cluster of the
+// deployment.
+type ClusterKubeConfigReference struct {
+	// Name of the Cluster; empty means the only one the deployment applies.
+	// +optional
+	Name string `json:"name,omitempty"`
 }
 
 // SecretKeyReference names one key of a Secret in the same namespace.
@@ -293,7 +310,39 @@ type StageSpec struct {
 	// kubeconfig reaches; it overrides the deployment's kubeConfig.
 	// +optional
 	KubeConfig *KubeConfigReference `json:"kubeConfig,omitempty"`
+
+	// Pivot tunes a pivot stage.
+	// +optional
+	Pivot *PivotSpec `json:"pivot,omitempty"`
 }
+
+// PivotSpec tunes how a pivot stage moves the deployment and hands it
+// over (docs/pivot.md).
+type PivotSpec struct {
+	// Force moves even while machines are provisioning or hosts are being
+	// registered, inspected or provisioned; without it the preflight
+	// refuses, since a controller stopped mid-operation may leave a
+	// machine half-built.
+	// +optional
+	Force bool `json:"force,omitempty"`
+	// Install says whether this Capstan installs itself into the target
+	// after the move: Auto (the default) installs it with the image this
+	// instance runs and its source settings when it knows its image, and
+	// otherwise waits for a Capstan there; Never always waits for one
+	// (installed by other means, e.g. the target's Helm bundle).
+	// +optional
+	// +kubebuilder:validation:Enum=Auto;Never
+	Install PivotInstall `json:"install,omitempty"`
+}
+
+// PivotInstall says whether a pivot installs Capstan into the target.
+type PivotInstall string
+
+// The install policies of a pivot.
+const (
+	PivotInstallAuto  PivotInstall = "Auto"
+	PivotInstallNever PivotInstall = "Never"
+)
 
 // BootstrapKeySpec says where a stage copies the bootstrap SSH key.
 type BootstrapKeySpec struct {
@@ -431,6 +480,90 @@ type ClusterDeploymentStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Pivot records the move of this deployment into another cluster by a
+	// pivot stage, one phase at a time, so that a move interrupted at any
+	// point resumes where it was (docs/pivot.md).
+	// +optional
+	Pivot *PivotStatus `json:"pivot,omitempty"`
+}
+
+// PivotPhase is how far a move has come. The phases run in the order
+// below; each is recorded once done.
+type PivotPhase string
+
+// The phases of a move.
+const (
+	// PivotPreflight: the move was checked and may start.
+	PivotPreflight PivotPhase = "Preflight"
+	// PivotPaused: the source's Clusters, hosts and the deployment are paused.
+	PivotPaused PivotPhase = "Pause"
+	// PivotCopied: every object exists in the target.
+	PivotCopied PivotPhase = "Copy"
+	// PivotUnpaused: the target owns the deployment (fencing record) and
+	// its controllers act.
+	PivotUnpaused PivotPhase = "Unpause"
+	// PivotSourceCleaned: the source keeps only the read-only mirrors.
+	PivotSourceCleaned PivotPhase = "CleanSource"
+	// PivotInstalled: Capstan is installed in the target (or an instance
+	// already runs there).
+	PivotInstalled PivotPhase = "Install"
+	// PivotHandedOver: the Capstan of the target leads and has taken the
+	// deployment over.
+	PivotHandedOver PivotPhase = "Handover"
+	// PivotCleanedUp: what the deployment marks bootstrap-only is gone
+	// from the source; the move is complete.
+	PivotCleanedUp PivotPhase = "Cleanup"
+)
+
+// PivotStatus is the record of a move.
+type PivotStatus struct {
+	// Target names the cluster the deployment moves into: the kubeconfig
+	// Secret of the pivot stage, as namespace/name.
+	Target string `json:"target"`
+	// Stage is the pivot stage that moves the deployment.
+	Stage string `json:"stage"`
+	// KubeConfig is where the target's kubeconfig is read from (the
+	// mirrors' status is refreshed through it).
+	KubeConfig SecretKeyReference `json:"kubeConfig"`
+	// KubeConfigNamespace is the namespace of that Secret when it is not
+	// the deployment's own (the Cluster's namespace).
+	// +optional
+	KubeConfigNamespace string `json:"kubeConfigNamespace,omitempty"`
+	// Phase is the last phase done; empty before the first.
+	// +optional
+	Phase PivotPhase `json:"phase,omitempty"`
+	// StartedAt is when the move started; PhaseTime when Phase was reached.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// +optional
+	PhaseTime *metav1.Time `json:"phaseTime,omitempty"`
+	// Objects is how many objects the move copied into the target.
+	// +optional
+	Objects int32 `json:"objects,omitempty"`
+	// Mirrors are the read-only copies kept in the source, whose status
+	// follows the target's.
+	// +optional
+	Mirrors []ObjectReference `json:"mirrors,omitempty"`
+	// Owner identifies the Capstan that owns the deployment once handed
+	// over: the UID of the target's kube-system namespace.
+	// +optional
+	Owner string `json:"owner,omitempty"`
+	// MirroredAt is when the mirrors' status was last refreshed.
+	// +optional
+	MirroredAt *metav1.Time `json:"mirroredAt,omitempty"`
+	// Message says what the move waits for, or its last error.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// ObjectReference names one object by its API group, kind, namespace and
+// name.
+type ObjectReference struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
 }
 
 // ClusterDeployment is one cluster's desired state and rollout progress.
