@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,7 +32,7 @@ type clusterKey struct {
 }
 
 // clusterEntry is a connection built from one version of a Secret, and
-// the deployments of the Secret's namespace that use it.
+// the deployments (namespace/name) that use it.
 type clusterEntry struct {
 	resourceVersion string
 	cluster         stages.Cluster
@@ -56,24 +57,77 @@ func newClusterCache(reader client.Reader, scheme *runtime.Scheme) *clusterCache
 }
 
 // kubeConfigFor returns the kubeconfig a stage acts through: its own,
-// else the deployment's; nil for the cluster Capstan runs in.
+// else the deployment's; nil for the cluster Capstan runs in. A pivot
+// stage without one moves into the cluster the deployment builds: the
+// Cluster API Cluster it applies.
 func kubeConfigFor(cd *capstanv1.ClusterDeployment, stage *stages.Stage) *capstanv1.KubeConfigReference {
 	if stage.KubeConfig != nil {
 		return stage.KubeConfig
 	}
-	return cd.Spec.KubeConfig
+	if cd.Spec.KubeConfig != nil {
+		return cd.Spec.KubeConfig
+	}
+	if stage.Action == capstanv1.StageActionPivot {
+		return &capstanv1.KubeConfigReference{Cluster: &capstanv1.ClusterKubeConfigReference{}}
+	}
+	return nil
 }
 
-// get returns the connection ref names for deployment cd, reading the
-// Secret (one GET) to see whether it changed. A Secret that is missing,
-// lacks the key or holds no usable kubeconfig is an UnreachableError
-// naming the Secret and key: the stage waits until it is fixed. Errors
-// never quote the Secret's content.
-func (c *clusterCache) get(ctx context.Context, cd *capstanv1.ClusterDeployment, ref *capstanv1.KubeConfigReference) (stages.Cluster, error) {
-	key := clusterKey{namespace: cd.Namespace, secret: ref.SecretRef.Name, key: ref.SecretRef.Key}
-	if key.key == "" {
-		key.key = capstanv1.DefaultKubeConfigKey
+// clusterAPIGroup is Cluster API's core group, whose Cluster a
+// kubeConfig.cluster names.
+const clusterAPIGroup = "cluster.x-k8s.io"
+
+// resolveKubeConfig turns ref into the Secret and key to read: the named
+// Secret in cd's namespace, or the one Cluster API writes for a Cluster
+// the deployment applies (objects), in that Cluster's namespace. A
+// reference that names no such Cluster, or that is ambiguous, is stalled:
+// only a change to the source or the deployment can fix it.
+func resolveKubeConfig(cd *capstanv1.ClusterDeployment, ref *capstanv1.KubeConfigReference, objects []*unstructured.Unstructured) (clusterKey, error) {
+	switch {
+	case ref.SecretRef != nil && ref.Cluster != nil:
+		return clusterKey{}, stages.Stalled(errors.New("kubeConfig: set secretRef or cluster, not both"))
+	case ref.SecretRef != nil:
+		key := clusterKey{namespace: cd.Namespace, secret: ref.SecretRef.Name, key: ref.SecretRef.Key}
+		if key.key == "" {
+			key.key = capstanv1.DefaultKubeConfigKey
+		}
+		return key, nil
+	case ref.Cluster == nil:
+		return clusterKey{}, stages.Stalled(errors.New("kubeConfig: set secretRef (a Secret holding a kubeconfig) or cluster (a Cluster API Cluster of the deployment)"))
 	}
+	var found []*unstructured.Unstructured
+	for _, obj := range objects {
+		gvk := obj.GroupVersionKind()
+		if gvk.Group == clusterAPIGroup && gvk.Kind == "Cluster" && (ref.Cluster.Name == "" || obj.GetName() == ref.Cluster.Name) {
+			found = append(found, obj)
+		}
+	}
+	switch {
+	case len(found) == 0 && ref.Cluster.Name != "":
+		return clusterKey{}, stages.Stalled(fmt.Errorf("kubeConfig.cluster.name: the deployment applies no Cluster API Cluster %q", ref.Cluster.Name))
+	case len(found) == 0:
+		return clusterKey{}, stages.Stalled(errors.New("kubeConfig.cluster: the deployment applies no Cluster API Cluster whose kubeconfig Secret to use; name a Secret with kubeConfig.secretRef"))
+	case len(found) > 1:
+		names := make([]string, len(found))
+		for i, obj := range found {
+			names[i] = obj.GetNamespace() + "/" + obj.GetName()
+		}
+		return clusterKey{}, stages.Stalled(fmt.Errorf("kubeConfig.cluster: the deployment applies %d Clusters (%s); set kubeConfig.cluster.name", len(found), strings.Join(names, ", ")))
+	}
+	ns := found[0].GetNamespace()
+	if ns == "" {
+		ns = cd.Namespace
+	}
+	return clusterKey{namespace: ns, secret: found[0].GetName() + "-kubeconfig", key: capstanv1.DefaultKubeConfigKey}, nil
+}
+
+// get returns the connection to the cluster of the kubeconfig at key for
+// deployment cd, reading the Secret (one GET) to see whether it changed.
+// A Secret that is missing, lacks the key or holds no usable kubeconfig
+// is an UnreachableError naming the Secret and key: the stage waits until
+// it is fixed. Errors never quote the Secret's content.
+func (c *clusterCache) get(ctx context.Context, cd *capstanv1.ClusterDeployment, key clusterKey) (stages.Cluster, error) {
+	user := cd.Namespace + "/" + cd.Name
 	name := "Secret " + key.namespace + "/" + key.secret
 	secret := &corev1.Secret{}
 	err := c.reader.Get(ctx, types.NamespacedName{Namespace: key.namespace, Name: key.secret}, secret)
@@ -88,7 +142,7 @@ func (c *clusterCache) get(ctx context.Context, cd *capstanv1.ClusterDeployment,
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.entries[key]; ok && e.resourceVersion == secret.ResourceVersion {
-		e.users[cd.Name] = true
+		e.users[user] = true
 		return e.cluster, nil
 	}
 	delete(c.entries, key)
@@ -100,7 +154,7 @@ func (c *clusterCache) get(ctx context.Context, cd *capstanv1.ClusterDeployment,
 	if err != nil {
 		return nil, &stages.UnreachableError{Cluster: name, Err: fmt.Errorf("key %s: %w", key.key, err)}
 	}
-	c.entries[key] = &clusterEntry{resourceVersion: secret.ResourceVersion, cluster: cluster, users: map[string]bool{cd.Name: true}}
+	c.entries[key] = &clusterEntry{resourceVersion: secret.ResourceVersion, cluster: cluster, users: map[string]bool{user: true}}
 	return cluster, nil
 }
 
@@ -123,10 +177,7 @@ func (c *clusterCache) forget(namespace, name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for key, e := range c.entries {
-		if key.namespace != namespace {
-			continue
-		}
-		delete(e.users, name)
+		delete(e.users, namespace+"/"+name)
 		if len(e.users) == 0 {
 			delete(c.entries, key)
 		}
@@ -143,12 +194,16 @@ func (c *clusterCache) len() int {
 // executorFor returns the executor that acts on the cluster stage
 // targets: the reconciler's own for the cluster Capstan runs in, else one
 // on the connection built from the kubeconfig Secret.
-func (r *Reconciler) executorFor(ctx context.Context, cd *capstanv1.ClusterDeployment, stage *stages.Stage) (*stages.Executor, error) {
+func (r *Reconciler) executorFor(ctx context.Context, cd *capstanv1.ClusterDeployment, stage *stages.Stage, plan *stages.Plan) (*stages.Executor, error) {
 	ref := kubeConfigFor(cd, stage)
 	if ref == nil {
 		return r.executor, nil
 	}
-	cluster, err := r.clusters.get(ctx, cd, ref)
+	key, err := resolveKubeConfig(cd, ref, plan.AppliedObjects())
+	if err != nil {
+		return nil, err
+	}
+	cluster, err := r.clusters.get(ctx, cd, key)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -58,7 +59,7 @@ func TestClusterCacheKeysConnectionsBySecretVersion(t *testing.T) {
 	cd := func(name string) *capstanv1.ClusterDeployment {
 		return &capstanv1.ClusterDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
 	}
-	ref := &capstanv1.KubeConfigReference{SecretRef: &capstanv1.SecretKeyReference{Name: key.Name}}
+	ref := clusterKey{namespace: "ns", secret: key.Name, key: capstanv1.DefaultKubeConfigKey}
 	put := func(rv string, data map[string][]byte) {
 		store[key] = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, ResourceVersion: rv}, Data: data}
 	}
@@ -125,6 +126,73 @@ func TestKubeConfigForPrefersTheStage(t *testing.T) {
 			stage := &stages.Stage{StageSpec: capstanv1.StageSpec{KubeConfig: tc.onStage}}
 			if got := kubeConfigFor(cd, stage); got != tc.want {
 				t.Errorf("kubeConfigFor = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPivotStageDefaultsToTheDeploymentsCluster(t *testing.T) {
+	cd := &capstanv1.ClusterDeployment{}
+	stage := &stages.Stage{StageSpec: capstanv1.StageSpec{Action: capstanv1.StageActionPivot}}
+	got := kubeConfigFor(cd, stage)
+	if got == nil || got.Cluster == nil || got.Cluster.Name != "" || got.SecretRef != nil {
+		t.Fatalf("kubeConfigFor(pivot stage without one) = %+v, want cluster: {}", got)
+	}
+}
+
+func TestResolveKubeConfig(t *testing.T) {
+	cluster := func(ns, name string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("cluster.x-k8s.io/v1beta2")
+		u.SetKind("Cluster")
+		u.SetNamespace(ns)
+		u.SetName(name)
+		return u
+	}
+	other := &unstructured.Unstructured{}
+	other.SetAPIVersion("infrastructure.cluster.x-k8s.io/v1beta1")
+	other.SetKind("Metal3Cluster") // a Cluster of another group is not one
+	other.SetNamespace("metal3")
+	other.SetName("mgmt")
+	cd := &capstanv1.ClusterDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: "capstan-system", Name: "mgmt"}}
+	one := []*unstructured.Unstructured{other, cluster("metal3", "mgmt")}
+	two := append(one, cluster("metal3", "spare"))
+
+	for _, tc := range []struct {
+		name    string
+		ref     capstanv1.KubeConfigReference
+		objects []*unstructured.Unstructured
+		want    clusterKey
+		err     string
+	}{
+		{"a Secret, in the deployment's namespace", capstanv1.KubeConfigReference{SecretRef: &capstanv1.SecretKeyReference{Name: "k"}}, nil,
+			clusterKey{"capstan-system", "k", "value"}, ""},
+		{"a Secret and its key", capstanv1.KubeConfigReference{SecretRef: &capstanv1.SecretKeyReference{Name: "k", Key: "config"}}, nil,
+			clusterKey{"capstan-system", "k", "config"}, ""},
+		{"the only Cluster: its Secret, in its namespace", capstanv1.KubeConfigReference{Cluster: &capstanv1.ClusterKubeConfigReference{}}, one,
+			clusterKey{"metal3", "mgmt-kubeconfig", "value"}, ""},
+		{"a Cluster by name among two", capstanv1.KubeConfigReference{Cluster: &capstanv1.ClusterKubeConfigReference{Name: "spare"}}, two,
+			clusterKey{"metal3", "spare-kubeconfig", "value"}, ""},
+		{"two Clusters and no name", capstanv1.KubeConfigReference{Cluster: &capstanv1.ClusterKubeConfigReference{}}, two,
+			clusterKey{}, "applies 2 Clusters (metal3/mgmt, metal3/spare); set kubeConfig.cluster.name"},
+		{"no Cluster", capstanv1.KubeConfigReference{Cluster: &capstanv1.ClusterKubeConfigReference{}}, []*unstructured.Unstructured{other},
+			clusterKey{}, "applies no Cluster API Cluster whose kubeconfig Secret to use"},
+		{"an unknown name", capstanv1.KubeConfigReference{Cluster: &capstanv1.ClusterKubeConfigReference{Name: "east"}}, one,
+			clusterKey{}, `applies no Cluster API Cluster "east"`},
+		{"both", capstanv1.KubeConfigReference{SecretRef: &capstanv1.SecretKeyReference{Name: "k"}, Cluster: &capstanv1.ClusterKubeConfigReference{}}, one,
+			clusterKey{}, "not both"},
+		{"neither", capstanv1.KubeConfigReference{}, one, clusterKey{}, "set secretRef"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := resolveKubeConfig(cd, &tc.ref, tc.objects)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) || !stages.IsStalled(err) {
+					t.Fatalf("err = %v, want a stalled error containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("resolveKubeConfig = %+v, %v; want %+v", got, err, tc.want)
 			}
 		})
 	}

@@ -50,7 +50,7 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 			r.event(cd, "Normal", "StageInProgress", "stage %s started at %s (%d objects)", st().Name, a.revision, st().Objects)
 		}
 
-		exec, err := r.executorFor(ctx, cd, stage)
+		exec, err := r.executorFor(ctx, cd, stage, a.plan)
 		var res stages.Result
 		moved := false
 		switch {
