@@ -4,10 +4,13 @@ import (
 	"context"
 	"io"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
@@ -86,13 +89,20 @@ func TestPivotStageMovesTheDeployment(t *testing.T) {
 		},
 	})
 
-	cd := waitDeployment(t, c, ns, "movable", "stage Pivot Ready", func(cd *capstanv1.ClusterDeployment) bool {
-		return stage(cd, "Pivot").State == capstanv1.StageReady
+	// The move is done once it waits for the target's Capstan: there is
+	// none yet, and this daemon does not know an image to install.
+	cd := waitDeployment(t, c, ns, "movable", "the move done, the handover waited for", func(cd *capstanv1.ClusterDeployment) bool {
+		return cd.Status.Pivot != nil && cd.Status.Pivot.Phase == capstanv1.PivotInstalled
 	})
-	waitFor(t, "the deployment here to be a suspended mirror", func() (bool, error) {
-		cd := getDeployment(t, c, ns, "movable")
-		return cd.Spec.Suspend && cd.Annotations[pivot.MirrorAnnotation] != "", nil
-	})
+	if st := stage(cd, "Pivot"); st.State != capstanv1.StageInProgress || !strings.Contains(st.Message, "waiting for") {
+		t.Errorf("stage Pivot before the handover: %s %q; want InProgress, waiting for the target's Capstan", st.State, st.Message)
+	}
+	if !cd.Spec.Suspend || cd.Annotations[pivot.MirrorAnnotation] == "" {
+		t.Errorf("the deployment here: suspend %t, annotations %v; want a suspended mirror", cd.Spec.Suspend, cd.Annotations)
+	}
+	if p := cd.Status.Pivot; p.Objects == 0 || p.KubeConfig == nil || p.KubeConfig.Name != "target-kubeconfig" || p.Owner == "" {
+		t.Errorf("status.pivot = %+v; want the objects moved, the target's kubeconfig and its owner", p)
+	}
 
 	// Here: the moved ConfigMap is gone, After never ran.
 	if object(t, c, configMapGVK, ns, "settings") != nil {
@@ -118,13 +128,27 @@ func TestPivotStageMovesTheDeployment(t *testing.T) {
 	if there.Spec.Suspend || there.Annotations[pivot.ArrivedAnnotation] == "" {
 		t.Errorf("the deployment in the target: suspend %t, annotations %v; want it running and marked as arrived", there.Spec.Suspend, there.Annotations)
 	}
+	if there.Status.Pivot != nil {
+		t.Errorf("the deployment arrived with the source's record of the move: %+v", there.Status.Pivot)
+	}
 	for _, name := range []string{"target-kubeconfig", cd.Spec.Source.Git.SecretRef.Name} {
 		if err := tc.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &corev1.Secret{}); err != nil {
 			t.Errorf("Secret %s, which the deployment names, did not move: %v", name, err)
 		}
 	}
+	// Both fencing records name the target's Capstan.
+	targetID, err := pivot.ClusterID(context.Background(), tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for side, cl := range map[string]client.Client{"source": c, "target": tc} {
+		if holder, err := pivot.FenceHolder(context.Background(), cl, ns, "movable"); err != nil || holder != targetID {
+			t.Errorf("fencing record in the %s: holder %q, %v; want the target's %q", side, holder, err, targetID)
+		}
+	}
 
-	// The Capstan of the target finds its pivot stage done and goes on.
+	// The Capstan of the target takes the deployment over and goes on;
+	// the source's sees it, completes its pivot stage and stops.
 	targetDaemon(t, tenv)
 	done := &capstanv1.ClusterDeployment{}
 	waitFor(t, "the target's Capstan to finish the deployment", func() (bool, error) {
@@ -136,12 +160,131 @@ func TestPivotStageMovesTheDeployment(t *testing.T) {
 	if st := stage(done, "Pivot"); st.State != capstanv1.StageReady {
 		t.Errorf("the target's Pivot stage is %s", st.State)
 	}
+	if done.Status.Pivot == nil || done.Status.Pivot.Owner != targetID {
+		t.Errorf("the target's status.pivot = %+v; want it owned by the target (%s)", done.Status.Pivot, targetID)
+	}
 	if object(t, tc, configMapGVK, ns, "after") == nil {
 		t.Error("stage After's ConfigMap is not in the target")
 	}
 	if object(t, c, configMapGVK, ns, "after") != nil {
 		t.Error("stage After's ConfigMap reached the source")
 	}
+	mirror := waitDeployment(t, c, ns, "movable", "the handover confirmed and the mirror following the target", func(cd *capstanv1.ClusterDeployment) bool {
+		return cd.Status.Pivot != nil && cd.Status.Pivot.Phase == capstanv1.PivotCleanedUp && cd.Status.Pivot.MirroredAt != nil &&
+			stage(cd, "After").State == capstanv1.StageReady && isReady(cd)
+	})
+	if mirror.Status.Pivot.Message != "" {
+		t.Errorf("mirror: %s", mirror.Status.Pivot.Message)
+	}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "target-kubeconfig"}, &corev1.Secret{}); err != nil {
+		t.Errorf("the target's kubeconfig Secret left the source, which needs it to mirror: %v", err)
+	}
+}
+
+// After the handover the source's Capstan never writes for the
+// deployment again: a restart keeps it a mirror, and even a mirror
+// turned back into a deployment by hand, at a new revision, is fenced by
+// the record the move handed to the target, while the target's Capstan
+// applies that revision.
+func TestPivotFencesTheSourceAfterTheHandover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	tenv, err := testenv.Start(ctx, testenv.Options{CRDDirs: []string{"../manifests/crds"}, Progress: io.Discard})
+	if err != nil {
+		t.Fatalf("start the target control plane: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := tenv.Stop(); err != nil {
+			t.Errorf("stop the target: %v", err)
+		}
+	})
+	tc, err := client.New(tenv.Config, client.Options{Scheme: reconciler.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := os.ReadFile(tenv.KubeconfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t)
+	ns := newNamespace(t)
+	url, err := gitSrv.CreateRepo(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, pivotFiles(ns), "a deployment that moves"); err != nil {
+		t.Fatal(err)
+	}
+	writeKubeconfigSecret(t, c, ns, "target-kubeconfig", kubeconfig)
+	source, _ := startDaemonWith(t, nil, func(o *reconciler.Options) { o.Reconciler.MirrorInterval = time.Second })
+	targetDaemon(t, tenv)
+	createDeployment(t, c, ns, "movable", capstanv1.ClusterDeploymentSpec{
+		Source: &capstanv1.SourceSpec{Git: &capstanv1.GitSource{
+			URL: url, Ref: capstanv1.GitRef{Branch: "main"}, SecretRef: &capstanv1.LocalObjectReference{Name: gitSecret(t, c, ns)},
+		}},
+		Path: "clusters/pivot",
+		Stages: []capstanv1.StageSpec{
+			{Name: "Config"},
+			{Name: "Pivot", Action: capstanv1.StageActionPivot, KubeConfig: kubeconfigRef("target-kubeconfig")},
+			{Name: "After"},
+		},
+	})
+	waitDeployment(t, c, ns, "movable", "the handover confirmed", func(cd *capstanv1.ClusterDeployment) bool {
+		return cd.Status.Pivot != nil && cd.Status.Pivot.Phase == capstanv1.PivotCleanedUp
+	})
+
+	// A restarted source daemon stays a mirror and writes nothing for it.
+	stopDaemon(source)
+	_, counter := startDaemonWith(t, nil, func(o *reconciler.Options) { o.Reconciler.MirrorInterval = time.Second })
+
+	// A new revision, and the mirror turned back into a deployment by hand.
+	files := pivotFiles(ns)
+	files["clusters/pivot/config.yaml"] = strings.Replace(files["clusters/pivot/config.yaml"], `moved: "yes"`, `moved: "twice"`, 1)
+	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, files, "a new revision"); err != nil {
+		t.Fatal(err)
+	}
+	gitSecret(t, c, ns) // the credentials moved; an operator gives them back
+	patch := []byte(`{"metadata":{"annotations":{"` + pivot.MirrorAnnotation + `":null}},"spec":{"suspend":false}}`)
+	if err := c.Patch(ctx, &capstanv1.ClusterDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "movable"}},
+		client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	// Its first write is refused.
+	fenced := func(cd *capstanv1.ClusterDeployment) string {
+		for _, st := range cd.Status.Stages {
+			if strings.Contains(st.Message, "is owned by the Capstan of") {
+				return st.Message
+			}
+		}
+		return ""
+	}
+	refused := waitDeployment(t, c, ns, "movable", "the source refusing to write, fenced", func(cd *capstanv1.ClusterDeployment) bool {
+		return fenced(cd) != ""
+	})
+	if msg := fenced(refused); !strings.Contains(msg, "Lease "+ns+"/"+pivot.FenceName("movable")) || !strings.Contains(msg, targetIDOf(t, tc)) {
+		t.Errorf("the fenced stage does not name the record and its holder: %q", msg)
+	}
+	// The target's Capstan applies the new revision there; the source
+	// applied nothing anywhere.
+	waitFor(t, "the target to apply the new revision", func() (bool, error) {
+		cm := object(t, tc, configMapGVK, ns, "settings")
+		return cm != nil && cm.Object["data"].(map[string]any)["moved"] == "twice", nil
+	})
+	if object(t, c, configMapGVK, ns, "settings") != nil {
+		t.Error("the fenced source re-created ConfigMap settings")
+	}
+	if n := counter.total("PATCH", "/configmaps/"); n != 0 {
+		t.Errorf("the restarted source daemon applied ConfigMaps %d times; want none", n)
+	}
+}
+
+func targetIDOf(t *testing.T, c client.Client) string {
+	t.Helper()
+	id, err := pivot.ClusterID(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }
 
 // targetDaemon runs a second daemon in-process against the target, as

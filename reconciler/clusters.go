@@ -19,6 +19,7 @@ import (
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/stages"
+	"github.com/capstan-dev/capstan/stages/pivot"
 )
 
 // unreachableRetryMax caps the backoff while a stage waits for its
@@ -196,7 +197,9 @@ func (c *clusterCache) len() int {
 // on the connection built from the kubeconfig Secret.
 func (r *Reconciler) executorFor(ctx context.Context, cd *capstanv1.ClusterDeployment, stage *stages.Stage, plan *stages.Plan) (*stages.Executor, error) {
 	ref := kubeConfigFor(cd, stage)
-	if ref == nil {
+	if ref == nil || (stage.Action == capstanv1.StageActionPivot && cd.Annotations[pivot.ArrivedAnnotation] != "") {
+		// A deployment that moved here needs no connection for its pivot
+		// stage: it only takes the deployment over, here.
 		return r.executor, nil
 	}
 	key, err := resolveKubeConfig(cd, ref, plan.AppliedObjects())
@@ -207,5 +210,5 @@ func (r *Reconciler) executorFor(ctx context.Context, cd *capstanv1.ClusterDeplo
 	if err != nil {
 		return nil, err
 	}
-	return r.executor.On(cluster), nil
+	return r.executor.On(cluster).Via(key.namespace, key.secret, key.key), nil
 }

@@ -32,6 +32,7 @@ import (
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/reconciler/metrics"
 	"github.com/capstan-dev/capstan/stages"
+	"github.com/capstan-dev/capstan/stages/pivot"
 )
 
 // Options configure a Daemon.
@@ -59,6 +60,13 @@ type Options struct {
 	Webhook *WebhookOptions
 	// LeaderElection makes one of several replicas act.
 	LeaderElection LeaderElectionOptions
+	// ClusterName describes the cluster the daemon runs in, for people:
+	// in fencing records and on deployments it moves. Empty means
+	// "cluster <first characters of its identity>".
+	ClusterName string
+	// Installer, when set, lets a pivot stage install Capstan into the
+	// cluster it moved a deployment into (`capstan run --image` sets one).
+	Installer stages.Installer
 }
 
 // DefaultOptions returns the options `capstan run` starts with.
@@ -152,9 +160,28 @@ func New(opts Options) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: create discovery client: %w", err)
 	}
+	// The daemon writes as the Capstan of its cluster: the fencing
+	// records of its deployments name that cluster's identity, learnt at
+	// the first write.
+	identify := func(ctx context.Context) (string, string, error) {
+		id, err := pivot.ClusterID(ctx, direct)
+		if err != nil {
+			return "", "", err
+		}
+		name := opts.ClusterName
+		if name == "" {
+			name = "cluster " + id[:min(8, len(id))]
+		}
+		return id, name, nil
+	}
+	execOpts := []stages.ExecutorOption{stages.WithConcurrency(opts.ApplyConcurrency), stages.WithHomeDiscovery(disco),
+		stages.WithIdentityFrom(identify)}
+	if opts.Installer != nil {
+		execOpts = append(execOpts, stages.WithInstaller(opts.Installer))
+	}
 	r := &Reconciler{
 		client:   mgr.GetClient(),
-		executor: stages.NewExecutor(direct, stages.WithConcurrency(opts.ApplyConcurrency), stages.WithHomeDiscovery(disco)),
+		executor: stages.NewExecutor(direct, execOpts...),
 		sources:  newSourceCache(),
 		clusters: newClusterCache(mgr.GetAPIReader(), scheme),
 		events:   mgr.GetEventRecorder("capstan"),

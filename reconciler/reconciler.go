@@ -63,6 +63,9 @@ type ReconcilerOptions struct {
 	RetryBase, RetryMax time.Duration
 	// Now returns the current time (for tests).
 	Now func() time.Time
+	// MirrorInterval is how often the mirrors a move leaves behind take
+	// the status of the deployment and Cluster API objects in the target.
+	MirrorInterval time.Duration
 }
 
 // DefaultReconcilerOptions returns the options the daemon runs with.
@@ -72,6 +75,8 @@ func DefaultReconcilerOptions() ReconcilerOptions {
 		RetryBase: time.Second,
 		RetryMax:  5 * time.Minute,
 		Now:       time.Now,
+
+		MirrorInterval: time.Minute,
 	}
 }
 
@@ -111,7 +116,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.forget(cd.Namespace, cd.Name)
 		return reconcile.Result{}, nil
 	}
-	if cd.Spec.Suspend {
+	if moved(cd) {
+		// A mirror of a deployment that moved into another cluster: its
+		// status follows the target's; nothing is applied.
+		return r.refreshMirror(ctx, cd)
+	}
+	if cd.Spec.Suspend && !pivoting(cd) {
+		// A move suspends the deployment here first; the walk resumes
+		// it (the pivot stage) after a restart, and nothing else.
 		r.metrics.RecordSuspended(cd)
 		return reconcile.Result{}, nil
 	}

@@ -106,6 +106,7 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 				return false, err
 			}
 		}
+		moved = moved || res.Moved
 		switch res.State {
 		case capstanv1.StageReady:
 			r.unreachable.reset(client.ObjectKeyFromObject(cd))
@@ -186,7 +187,9 @@ func (r *Reconciler) waitSlice(stage *stages.Stage, st *capstanv1.StageStatus) t
 // every stage goes back to Pending. Otherwise the recorded stages are kept
 // (matched by name), so that progress survives restarts.
 func (r *Reconciler) resetStagesIfNew(cd *capstanv1.ClusterDeployment, a *attempt) {
-	same := cd.Status.Revision == a.revision && cd.Status.ObservedGeneration == cd.Generation
+	// The spec changes a move makes (suspend here, re-creation and resume
+	// in the target) are not changes of what to deploy: the stages stay.
+	same := cd.Status.Revision == a.revision && (cd.Status.ObservedGeneration == cd.Generation || pivoting(cd) || arriving(cd))
 	old := map[string]capstanv1.StageStatus{}
 	if same {
 		for _, st := range cd.Status.Stages {
@@ -263,6 +266,10 @@ func (r *Reconciler) hardTimeout(stage *stages.Stage, st *capstanv1.StageStatus)
 }
 
 func summarizeChanges(res stages.Result) string {
+	if res.ChangeSet == nil {
+		// An action that applies nothing itself (a pivot) says what it did.
+		return res.Message
+	}
 	counts := map[string]int{}
 	for _, e := range res.ChangeSet.Entries {
 		counts[string(e.Action)]++

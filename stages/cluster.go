@@ -65,9 +65,14 @@ type remoteCluster struct {
 	name      string
 	client    client.WithWatch
 	discovery discovery.DiscoveryInterface
+	config    *rest.Config
 }
 
 var _ Cluster = (*remoteCluster)(nil)
+
+// RESTConfig is how the cluster is reached; Capstan installing itself
+// there points its pods at the same API server.
+func (r *remoteCluster) RESTConfig() *rest.Config { return rest.CopyConfig(r.config) }
 
 // Discovery lists the kinds the cluster serves.
 func (r *remoteCluster) Discovery() discovery.DiscoveryInterface { return r.discovery }
@@ -102,7 +107,7 @@ func NewKubeconfigCluster(name string, kubeconfig []byte, scheme *runtime.Scheme
 	if err != nil {
 		return nil, fmt.Errorf("build a discovery client: %w", err)
 	}
-	return &remoteCluster{name: name, client: c, discovery: dc}, nil
+	return &remoteCluster{name: name, client: c, discovery: dc, config: rest.CopyConfig(cfg)}, nil
 }
 
 // restConfigFrom reads a kubeconfig. Its errors describe the problem

@@ -70,6 +70,13 @@ type Executor struct {
 	concurrency int
 	// homeDiscovery lists the kinds the home cluster serves, for a pivot.
 	homeDiscovery discovery.DiscoveryInterface
+	// identity identifies the Capstan writing (WithIdentity).
+	identity  *identity
+	installer Installer
+	// kubeConfig and kubeConfigNamespace say where the connection to
+	// cluster was read from, when it is not the home cluster.
+	kubeConfig          *capstanv1.SecretKeyReference
+	kubeConfigNamespace string
 }
 
 // ExecutorOption configures an Executor.
@@ -101,6 +108,15 @@ func (e *Executor) On(c Cluster) *Executor {
 	on := *e
 	on.bind(c)
 	return &on
+}
+
+// Via records the kubeconfig Secret the executor's cluster was reached
+// through (namespace, name, key): a pivot stage records it, so that the
+// source can reach the target again later.
+func (e *Executor) Via(namespace, name, key string) *Executor {
+	e.kubeConfig = &capstanv1.SecretKeyReference{Name: name, Key: key}
+	e.kubeConfigNamespace = namespace
+	return e
 }
 
 // Cluster is the cluster the executor acts on.
@@ -153,6 +169,11 @@ func (e *Executor) ApplyStage(ctx context.Context, stage *Stage, owner Owner) Re
 
 func (e *Executor) applyStage(ctx context.Context, stage *Stage, owner Owner) Result {
 	res := Result{Stage: stage.Name, State: capstanv1.StageInProgress}
+	if writes(stage.Action) {
+		if err := e.checkFence(ctx, owner); err != nil {
+			return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
+		}
+	}
 	switch stage.Action {
 	case capstanv1.StageActionApply, "":
 		cs, err := e.Apply(ctx, stage.Objects, stage.Name, owner)
@@ -197,10 +218,15 @@ func (e *Executor) WaitStage(ctx context.Context, stage *Stage, owner Owner) Res
 
 func (e *Executor) waitStage(ctx context.Context, stage *Stage, owner Owner) Result {
 	switch stage.Action {
-	case capstanv1.StageActionValidate, capstanv1.StageActionPivot:
+	case capstanv1.StageActionValidate:
 		// Done in ApplyStage, or failed there.
 		return Result{Stage: stage.Name, State: capstanv1.StageReady}
+	case capstanv1.StageActionPivot:
+		return e.pivotWait(ctx, stage, owner)
 	case capstanv1.StageActionRollout:
+		if err := e.checkFence(ctx, owner); err != nil {
+			return failed(Result{Stage: stage.Name}, fmt.Errorf("stage %s: %w", stage.Name, err))
+		}
 		return e.rolloutStage(ctx, stage, owner)
 	case capstanv1.StageActionDelete:
 		return e.waitDeleted(ctx, stage, owner)
@@ -221,6 +247,17 @@ func (e *Executor) waitStage(ctx context.Context, stage *Stage, owner Owner) Res
 		res.State = capstanv1.StageInProgress
 	}
 	return res
+}
+
+// writes reports whether a stage of this action writes to its cluster in
+// ApplyStage: those check the deployment's fencing record first. A pivot
+// checks it itself, and a rollout before each attempt of WaitStage.
+func writes(a capstanv1.StageAction) bool {
+	switch a {
+	case capstanv1.StageActionApply, "", capstanv1.StageActionScale, capstanv1.StageActionDelete:
+		return true
+	}
+	return false
 }
 
 func failed(res Result, err error) Result {

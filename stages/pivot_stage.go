@@ -3,10 +3,17 @@ package stages
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -15,10 +22,71 @@ import (
 	"github.com/capstan-dev/capstan/stages/pivot"
 )
 
+// BootstrapOnlyLabel marks an object that serves only the building of a
+// cluster from the bootstrap cluster (a provider Deployment of the
+// bootstrap, say): once the Capstan of the target has taken the
+// deployment over, the pivot stage deletes it from the bootstrap cluster.
+const BootstrapOnlyLabel = "capstan.dev/bootstrap-only"
+
 // WithHomeDiscovery gives the executor discovery of the cluster Capstan
 // runs in, which a pivot stage lists the objects to move with.
 func WithHomeDiscovery(d discovery.DiscoveryInterface) ExecutorOption {
 	return func(e *Executor) { e.homeDiscovery = d }
+}
+
+// WithIdentity says which Capstan the executor writes for: the identity
+// of the cluster it runs in (pivot.ClusterID) and a description for
+// people. With it every write for a deployment first checks the
+// deployment's fencing record in the cluster written to (pivot.CheckFence).
+func WithIdentity(id, name string) ExecutorOption {
+	return WithIdentityFrom(func(context.Context) (string, string, error) { return id, name, nil })
+}
+
+// WithIdentityFrom is WithIdentity with the identity learnt on first use
+// (the cluster may not answer when the daemon starts); until it is
+// learnt, nothing is written.
+func WithIdentityFrom(identify func(context.Context) (id, name string, err error)) ExecutorOption {
+	return func(e *Executor) { e.identity = &identity{identify: identify} }
+}
+
+// identity is learnt once and shared by every executor On derives.
+type identity struct {
+	identify func(context.Context) (string, string, error)
+
+	mu       sync.Mutex
+	id, name string
+}
+
+// get returns the identity, learning it on first use: "" without one.
+func (i *identity) get(ctx context.Context) (string, string, error) {
+	if i == nil {
+		return "", "", nil
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.id == "" {
+		id, name, err := i.identify(ctx)
+		if err != nil {
+			return "", "", err
+		}
+		i.id, i.name = id, name
+	}
+	return i.id, i.name, nil
+}
+
+// Installer installs Capstan into a cluster a deployment moved into.
+type Installer interface {
+	// Install applies Capstan's manifests to target, with the image and
+	// source settings of the instance running, and returns what it
+	// installed, for status ("image ..."). It does not wait.
+	Install(ctx context.Context, target Cluster) (string, error)
+}
+
+// WithInstaller lets pivot stages install Capstan into their target.
+// Without one (an instance that does not know its image) a pivot waits
+// for a Capstan started there by other means.
+func WithInstaller(i Installer) ExecutorOption {
+	return func(e *Executor) { e.installer = i }
 }
 
 // discoverer is a Cluster that can list the kinds it serves.
@@ -26,77 +94,396 @@ type discoverer interface {
 	Discovery() discovery.DiscoveryInterface
 }
 
+// checkFence returns a stalled error when another Capstan owns the
+// deployment in the cluster the executor writes to.
+func (e *Executor) checkFence(ctx context.Context, owner Owner) error {
+	id, name, err := e.identity.get(ctx)
+	if err != nil || id == "" {
+		return err
+	}
+	if err := pivot.CheckFence(ctx, e.client, owner.Namespace, owner.Name, id, name); err != nil {
+		if pivot.IsFenced(err) {
+			return Stalled(err)
+		}
+		return err
+	}
+	return nil
+}
+
+// phases are the phases of a move in order; the first four are the
+// Mover's steps, by the same names.
+var phases = []capstanv1.PivotPhase{
+	capstanv1.PivotPreflight, capstanv1.PivotPaused, capstanv1.PivotCopied, capstanv1.PivotUnpaused,
+	capstanv1.PivotSourceCleaned, capstanv1.PivotInstalled, capstanv1.PivotHandedOver, capstanv1.PivotCleanedUp,
+}
+
+// reached reports whether phase p is done when last is the last done.
+func reached(last, p capstanv1.PivotPhase) bool {
+	return last != "" && slices.Index(phases, last) >= slices.Index(phases, p)
+}
+
+// readDeployment reads the ClusterDeployment owner in the home cluster.
+func (e *Executor) readDeployment(ctx context.Context, owner Owner) (*capstanv1.ClusterDeployment, error) {
+	return readDeployment(ctx, e.home, owner)
+}
+
+func readDeployment(ctx context.Context, c client.Reader, owner Owner) (*capstanv1.ClusterDeployment, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(capstanv1.GroupVersion.WithKind("ClusterDeployment"))
+	if err := c.Get(ctx, client.ObjectKey{Namespace: owner.Namespace, Name: owner.Name}, u); err != nil {
+		return nil, err
+	}
+	cd := &capstanv1.ClusterDeployment{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cd); err != nil {
+		return nil, fmt.Errorf("read ClusterDeployment %s/%s: %w", owner.Namespace, owner.Name, err)
+	}
+	return cd, nil
+}
+
 // pivotStage moves the deployment, everything it applied and what the
 // controllers made of it from the cluster Capstan runs in into the
-// stage's cluster (its kubeConfig), with pivot.Mover (docs/pivot.md).
-// Each step done is recorded on the deployment in the home cluster, so
-// that a later attempt, after a crash or a failed step, resumes after it.
-// In the target, where the moved deployment arrives marked, the stage is
-// done at once: the Capstan there goes on with the stages after it.
+// stage's cluster (its kubeConfig), with pivot.Mover, then installs
+// Capstan there (docs/pivot.md). Every phase done is recorded in the
+// deployment's status.pivot, so that a later attempt, after a crash or a
+// failed phase, resumes after it. The result is InProgress and applied:
+// the handover to the target's Capstan is waited for in WaitStage. In the
+// target, where the moved deployment arrives marked, the stage is done
+// at once: the Capstan there takes the deployment over and goes on with
+// the stages after it.
 func (e *Executor) pivotStage(ctx context.Context, stage *Stage, owner Owner) Result {
 	res := Result{Stage: stage.Name, State: capstanv1.StageInProgress}
-	// A deployment can only have arrived through a stage that named its
-	// target, so a stage without one can never move anything.
+	cd, err := e.readDeployment(ctx, owner)
+	if err == nil && cd.Annotations[pivot.ArrivedAnnotation] != "" {
+		return e.takeOver(ctx, stage, owner, cd, cd.Annotations[pivot.ArrivedAnnotation])
+	}
+	// A stage without a target can never move anything.
 	if e.cluster == nil || e.cluster.Name() == LocalClusterName {
 		return failed(res, Stalled(fmt.Errorf("stage %s: a pivot stage moves into the cluster its kubeConfig names (for a Cluster API cluster, Secret <cluster>-kubeconfig); it has none", stage.Name)))
 	}
-	cd := &unstructured.Unstructured{}
-	cd.SetGroupVersionKind(capstanv1.GroupVersion.WithKind("ClusterDeployment"))
-	if err := e.home.Get(ctx, client.ObjectKey{Namespace: owner.Namespace, Name: owner.Name}, cd); err != nil {
+	if err != nil {
 		return failed(res, fmt.Errorf("stage %s: read ClusterDeployment %s/%s: %w", stage.Name, owner.Namespace, owner.Name, err))
 	}
-	if from := cd.GetAnnotations()[pivot.ArrivedAnnotation]; from != "" {
-		res.State = capstanv1.StageReady
-		res.Message = "moved here from " + from
+	st := cd.Status.Pivot
+	if st != nil && st.Phase != "" && st.Target != e.cluster.Name() {
+		return failed(res, Stalled(fmt.Errorf("stage %s: ClusterDeployment %s/%s is being moved into %s (phase %s done), not %s",
+			stage.Name, owner.Namespace, owner.Name, st.Target, st.Phase, e.cluster.Name())))
+	}
+	last := capstanv1.PivotPhase("")
+	if st != nil {
+		last = st.Phase
+	}
+	if reached(last, capstanv1.PivotInstalled) {
+		res.Applied = true
+		res.Message = "moved into " + e.cluster.Name()
 		return res
+	}
+	// Until the fencing record goes to the target, this Capstan must own
+	// the deployment here; after, the move is the only writer it allows.
+	if !reached(last, capstanv1.PivotUnpaused) {
+		if err := e.checkFence(ctx, owner); err != nil {
+			return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
+		}
 	}
 	targetDisco, ok := e.cluster.(discoverer)
 	if !ok || e.homeDiscovery == nil {
 		return failed(res, Stalled(fmt.Errorf("stage %s: the executor cannot list the kinds of both clusters", stage.Name)))
 	}
-	last := pivot.Step(cd.GetAnnotations()[pivot.StepAnnotation])
-	if last != "" && cd.GetAnnotations()[pivot.TargetAnnotation] != e.cluster.Name() {
-		return failed(res, Stalled(fmt.Errorf("stage %s: ClusterDeployment %s/%s is being moved into %s (step %s done), not %s",
-			stage.Name, owner.Namespace, owner.Name, cd.GetAnnotations()[pivot.TargetAnnotation], last, e.cluster.Name())))
+	targetID, err := pivot.ClusterID(ctx, e.client)
+	if err != nil {
+		return failed(res, fmt.Errorf("stage %s: target %s: %w", stage.Name, e.cluster.Name(), err))
 	}
-	if last == pivot.Steps[len(pivot.Steps)-1] {
-		res.State = capstanv1.StageReady
-		res.Message = "moved into " + e.cluster.Name()
-		res.Moved = true
-		return res
+	if last == "" {
+		rec := &capstanv1.PivotStatus{Target: e.cluster.Name(), Stage: stage.Name, StartedAt: ptrNow(),
+			KubeConfig: e.kubeConfig, KubeConfigNamespace: e.kubeConfigNamespace}
+		if err := e.recordPivot(ctx, owner, rec); err != nil {
+			return failed(res, err)
+		}
 	}
 
-	// Up to the copy the source holds everything; after it, the target.
-	from, disco := e.home, e.homeDiscovery
-	if last != "" && slices.Index(pivot.Steps, last) >= slices.Index(pivot.Steps, pivot.StepCopy) {
-		from, disco = e.client, targetDisco.Discovery()
+	if !reached(last, capstanv1.PivotSourceCleaned) {
+		n, mirrors, err := e.move(ctx, stage, owner, cd, last, targetID, targetDisco.Discovery())
+		if err != nil {
+			return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
+		}
+		if err := e.recordPivot(ctx, owner, &capstanv1.PivotStatus{Objects: int32(n), Mirrors: mirrors, Owner: targetID}); err != nil {
+			return failed(res, err)
+		}
 	}
-	all, roots, err := pivot.Discover(ctx, from, disco, owner.Namespace, owner.Name)
-	if err != nil {
-		return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
+
+	msg := "no Capstan installed by this one (it does not know its image; run it with --image, or start one there): waiting for one to take the deployment over"
+	switch {
+	case stage.Pivot != nil && stage.Pivot.Install == capstanv1.PivotInstallNever:
+		msg = "pivot.install is Never: waiting for the Capstan there to take the deployment over"
+	case e.installer != nil:
+		what, err := e.installer.Install(ctx, e.cluster)
+		if err != nil {
+			return failed(res, fmt.Errorf("stage %s: install Capstan into %s: %w", stage.Name, e.cluster.Name(), err))
+		}
+		msg = "installed " + what + ": waiting for it to take the deployment over"
 	}
-	g, err := pivot.BuildGraph(all, roots)
-	if err != nil {
-		return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
+	if err := e.recordPivot(ctx, owner, &capstanv1.PivotStatus{Phase: capstanv1.PivotInstalled, Message: msg}); err != nil {
+		return failed(res, err)
 	}
-	m := &pivot.Mover{
-		Source: e.home, Target: e.client, SourceName: LocalClusterName + " (the bootstrap cluster)", TargetName: e.cluster.Name(),
-		Done: func(s pivot.Step) error { return e.recordPivotStep(ctx, owner, s) },
-	}
-	if err := m.Move(ctx, g, last); err != nil {
-		return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
-	}
-	res.State = capstanv1.StageReady
-	res.Message = fmt.Sprintf("moved %d objects into %s", g.Len(), e.cluster.Name())
-	res.Moved = true
+	res.Applied = true
+	res.Message = "moved into " + e.cluster.Name() + "; " + msg
 	return res
 }
 
-// recordPivotStep writes the last step done on the deployment.
-func (e *Executor) recordPivotStep(ctx context.Context, owner Owner, s pivot.Step) error {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		pivot.StepAnnotation: string(s), pivot.TargetAnnotation: e.cluster.Name(),
-	}}})
+// move runs the Mover from the phase after last, recording each step, and
+// returns how many objects moved and the mirrors kept.
+func (e *Executor) move(ctx context.Context, stage *Stage, owner Owner, cd *capstanv1.ClusterDeployment, last capstanv1.PivotPhase,
+	targetID string, targetDisco discovery.DiscoveryInterface) (int, []capstanv1.ObjectReference, error) {
+	// Up to the copy the source holds everything; after it, the target.
+	from, disco := e.home, e.homeDiscovery
+	if reached(last, capstanv1.PivotCopied) {
+		from, disco = e.client, targetDisco
+	}
+	all, roots, err := pivot.Discover(ctx, from, disco, owner.Namespace, owner.Name)
+	if err != nil {
+		return 0, nil, err
+	}
+	g, err := pivot.BuildGraph(all, roots)
+	if err != nil {
+		return 0, nil, err
+	}
+	if last == "" {
+		force := stage.Pivot != nil && stage.Pivot.Force
+		if err := pivot.Preflight(ctx, g, e.client, targetDisco, pivot.PreflightOptions{Force: force}); err != nil {
+			err = fmt.Errorf("preflight: the move did not start, nothing changed: %w", err)
+			for _, p := range pivot.PreflightProblems(err) {
+				if !p.Waiting() {
+					// Missing CRDs or a deployment in the way: someone
+					// must act before another attempt can pass.
+					return 0, nil, Stalled(err)
+				}
+			}
+			return 0, nil, err
+		}
+		if err := e.recordPivot(ctx, owner, &capstanv1.PivotStatus{Phase: capstanv1.PivotPreflight}); err != nil {
+			return 0, nil, err
+		}
+		last = capstanv1.PivotPreflight
+	}
+	// The Secret the target is reached through stays: the mirrors' status
+	// is refreshed through it.
+	kubeconfig := e.cluster.Name()
+	mirror := func(o pivot.Object) bool {
+		return pivot.IsMirror(o) || (o.Kind == "Secret" && "Secret "+o.Namespace+"/"+o.Name == kubeconfig)
+	}
+	var mirrors []capstanv1.ObjectReference
+	for _, n := range g.Nodes() {
+		if id := n.ID(); mirror(id) && id.Kind != "ClusterDeployment" && id.Kind != "Secret" {
+			mirrors = append(mirrors, capstanv1.ObjectReference{APIVersion: id.APIVersion, Kind: id.Kind, Namespace: id.Namespace, Name: id.Name})
+		}
+	}
+	m := &pivot.Mover{
+		Source: e.home, Target: e.client, SourceName: e.sourceName(ctx), TargetName: e.cluster.Name(), TargetID: targetID,
+		Mirror: mirror,
+		Done: func(s pivot.Step) error {
+			return e.recordPivot(ctx, owner, &capstanv1.PivotStatus{Phase: capstanv1.PivotPhase(s)})
+		},
+	}
+	step := pivot.Step("")
+	if last != capstanv1.PivotPreflight {
+		step = pivot.Step(last)
+	}
+	if err := m.Move(ctx, g, step); err != nil {
+		return 0, nil, err
+	}
+	return g.Len(), mirrors, nil
+}
+
+// sourceName describes the cluster this Capstan runs in.
+func (e *Executor) sourceName(ctx context.Context) string {
+	if _, name, _ := e.identity.get(ctx); name != "" {
+		return name
+	}
+	return LocalClusterName
+}
+
+// pivotWait waits for the handover: the target's Capstan owning the
+// deployment (its fencing record) and having taken it over (its pivot
+// stage Ready, its status.pivot naming it). Then it deletes from here
+// what the deployment marks bootstrap-only, and the stage is Ready.
+func (e *Executor) pivotWait(ctx context.Context, stage *Stage, owner Owner) Result {
+	res := Result{Stage: stage.Name, State: capstanv1.StageInProgress}
+	cd, err := e.readDeployment(ctx, owner)
+	if err != nil {
+		return failed(res, fmt.Errorf("stage %s: read ClusterDeployment %s/%s: %w", stage.Name, owner.Namespace, owner.Name, err))
+	}
+	if from := cd.Annotations[pivot.ArrivedAnnotation]; from != "" {
+		return e.takeOver(ctx, stage, owner, cd, from)
+	}
+	st := cd.Status.Pivot
+	if st == nil || !reached(st.Phase, capstanv1.PivotInstalled) {
+		// The acting part did not finish: another attempt resumes it.
+		return failed(res, fmt.Errorf("stage %s: the move stopped after phase %q; resuming", stage.Name, phaseOf(st)))
+	}
+	if !reached(st.Phase, capstanv1.PivotHandedOver) {
+		msg, ok, err := e.handedOver(ctx, stage, owner, st)
+		for !ok && err == nil {
+			select {
+			case <-ctx.Done():
+				res.Message = "moved into " + e.cluster.Name() + "; " + msg
+				return res
+			case <-time.After(time.Second):
+			}
+			msg, ok, err = e.handedOver(ctx, stage, owner, st)
+		}
+		if err != nil {
+			return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
+		}
+		if err := e.recordPivot(ctx, owner, &capstanv1.PivotStatus{Phase: capstanv1.PivotHandedOver, Message: msg}); err != nil {
+			return failed(res, err)
+		}
+	}
+	if !reached(st.Phase, capstanv1.PivotCleanedUp) {
+		left, err := e.cleanUpBootstrap(ctx, stage)
+		for len(left) > 0 && err == nil {
+			select {
+			case <-ctx.Done():
+				res.Message = "handed over to the Capstan of " + e.cluster.Name() + "; removing the bootstrap-only objects: " + strings.Join(left, ", ")
+				return res
+			case <-time.After(time.Second):
+			}
+			left, err = e.cleanUpBootstrap(ctx, stage)
+		}
+		if err != nil {
+			return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
+		}
+		if err := e.recordPivot(ctx, owner, &capstanv1.PivotStatus{Phase: capstanv1.PivotCleanedUp, Message: ""}); err != nil {
+			return failed(res, err)
+		}
+	}
+	res.State = capstanv1.StageReady
+	res.Moved = true
+	res.Message = fmt.Sprintf("moved %d objects into %s and handed over to the Capstan there", st.Objects, st.Target)
+	return res
+}
+
+func phaseOf(st *capstanv1.PivotStatus) capstanv1.PivotPhase {
+	if st == nil {
+		return ""
+	}
+	return st.Phase
+}
+
+// handedOver says whether the target's Capstan has taken the deployment
+// over, and if not, what is waited for.
+func (e *Executor) handedOver(ctx context.Context, stage *Stage, owner Owner, st *capstanv1.PivotStatus) (string, bool, error) {
+	if res, down := e.checkAvailable(ctx, stage); down {
+		return res.Message, false, nil
+	}
+	holder, err := pivot.FenceHolder(ctx, e.client, owner.Namespace, owner.Name)
+	if err != nil {
+		return "", false, err
+	}
+	if holder != st.Owner {
+		return "", false, fmt.Errorf("the fencing record of ClusterDeployment %s/%s in %s names %q, not the target's Capstan %q: was it handed elsewhere?",
+			owner.Namespace, owner.Name, e.cluster.Name(), holder, st.Owner)
+	}
+	there, err := readDeployment(ctx, e.client, owner)
+	if apierrors.IsNotFound(err) {
+		return "", false, fmt.Errorf("ClusterDeployment %s/%s is not in %s any more", owner.Namespace, owner.Name, e.cluster.Name())
+	}
+	if err != nil {
+		return "", false, err
+	}
+	waiting := "waiting for the Capstan of " + e.cluster.Name() + " to take the deployment over"
+	if strings.HasPrefix(st.Message, "installed ") {
+		waiting += " (" + strings.SplitN(st.Message, ":", 2)[0] + ")"
+	}
+	if there.Status.Pivot == nil || there.Status.Pivot.Owner != st.Owner {
+		return waiting, false, nil
+	}
+	for _, s := range there.Status.Stages {
+		if s.Name == stage.Name && s.State == capstanv1.StageReady {
+			return "the Capstan of " + e.cluster.Name() + " owns the deployment", true, nil
+		}
+	}
+	return waiting, false, nil
+}
+
+// cleanUpBootstrap deletes from the cluster Capstan runs in the objects of
+// the deployment labelled bootstrap-only, and returns those still there
+// (finalizers) by name.
+func (e *Executor) cleanUpBootstrap(ctx context.Context, stage *Stage) ([]string, error) {
+	var left []string
+	var errs []error
+	for _, obj := range stage.PlanObjects {
+		if obj.GetLabels()[BootstrapOnlyLabel] != "true" {
+			continue
+		}
+		target := &unstructured.Unstructured{}
+		target.SetGroupVersionKind(obj.GroupVersionKind())
+		target.SetNamespace(obj.GetNamespace())
+		target.SetName(obj.GetName())
+		err := e.home.Get(ctx, client.ObjectKeyFromObject(target), target)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", ObjectRef(obj), err))
+			continue
+		}
+		left = append(left, ObjectRef(obj))
+		if target.GetDeletionTimestamp() != nil {
+			continue
+		}
+		if err := e.home.Delete(ctx, target, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete %s: %w", ObjectRef(obj), err))
+		}
+	}
+	return left, errors.Join(errs...)
+}
+
+// takeOver is the pivot stage in the target: the deployment arrived, this
+// Capstan checks that it owns it (the move handed it the fencing record)
+// and says so in status.pivot, which the source's Capstan waits for.
+func (e *Executor) takeOver(ctx context.Context, stage *Stage, owner Owner, cd *capstanv1.ClusterDeployment, from string) Result {
+	res := Result{Stage: stage.Name, State: capstanv1.StageInProgress}
+	id, name, err := e.identity.get(ctx)
+	if err != nil {
+		return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
+	}
+	if id != "" {
+		if err := pivot.CheckFence(ctx, e.home, owner.Namespace, owner.Name, id, name); err != nil {
+			if pivot.IsFenced(err) {
+				err = Stalled(err)
+			}
+			return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
+		}
+		if cd.Status.Pivot == nil || cd.Status.Pivot.Owner != id {
+			rec := &capstanv1.PivotStatus{Target: "here", Stage: stage.Name, Owner: id, Phase: capstanv1.PivotHandedOver,
+				Message: "moved here from " + from + "; owned by this Capstan"}
+			if err := e.recordPivot(ctx, owner, rec); err != nil {
+				return failed(res, err)
+			}
+		}
+	}
+	res.State = capstanv1.StageReady
+	res.Message = "moved here from " + from
+	return res
+}
+
+// recordPivot merges rec's set fields into the deployment's status.pivot
+// in the home cluster, with the time of the phase when it sets one.
+func (e *Executor) recordPivot(ctx context.Context, owner Owner, rec *capstanv1.PivotStatus) error {
+	if rec.Phase != "" {
+		rec.PhaseTime = ptrNow()
+	}
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return err
+	}
+	if rec.Message == "" && rec.Phase == capstanv1.PivotCleanedUp {
+		fields["message"] = nil
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"pivot": fields}})
 	if err != nil {
 		return err
 	}
@@ -104,8 +491,15 @@ func (e *Executor) recordPivotStep(ctx context.Context, owner Owner, s pivot.Ste
 	cd.SetGroupVersionKind(capstanv1.GroupVersion.WithKind("ClusterDeployment"))
 	cd.SetNamespace(owner.Namespace)
 	cd.SetName(owner.Name)
-	if err := e.home.Patch(ctx, cd, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return fmt.Errorf("record step %s on ClusterDeployment %s/%s: %w", s, owner.Namespace, owner.Name, err)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := e.home.Status().Patch(ctx, cd, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("record the move in ClusterDeployment %s/%s status.pivot: %w", owner.Namespace, owner.Name, err)
 	}
 	return nil
+}
+
+func ptrNow() *metav1.Time {
+	now := metav1.Now()
+	return &now
 }

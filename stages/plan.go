@@ -21,9 +21,10 @@ type Stage struct {
 	capstanv1.StageSpec
 	// Objects are applied by an apply stage, or only checked by a wait stage.
 	Objects []*unstructured.Unstructured
-	// PlanObjects, set by BuildPlan on a validate stage, are every object
-	// the plan applies, in the order it applies them: the stage checks
-	// that the cluster serves each one's apiVersion and kind.
+	// PlanObjects, set by BuildPlan on a validate or pivot stage, are
+	// every object the plan applies, in the order it applies them: a
+	// validate stage checks that the cluster serves each one's apiVersion
+	// and kind, a pivot stage finds those marked bootstrap-only.
 	PlanObjects []*unstructured.Unstructured
 }
 
@@ -126,7 +127,7 @@ func BuildPlan(specs []capstanv1.StageSpec, objects []*unstructured.Unstructured
 		return nil, errors.Join(errs...)
 	}
 	for i := range plan.Stages {
-		if plan.Stages[i].Action == capstanv1.StageActionValidate {
+		if a := plan.Stages[i].Action; a == capstanv1.StageActionValidate || a == capstanv1.StageActionPivot {
 			plan.Stages[i].PlanObjects = plan.AppliedObjects()
 		}
 	}

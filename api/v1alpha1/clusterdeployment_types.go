@@ -519,12 +519,15 @@ const (
 type PivotStatus struct {
 	// Target names the cluster the deployment moves into: the kubeconfig
 	// Secret of the pivot stage, as namespace/name.
-	Target string `json:"target"`
+	// +optional
+	Target string `json:"target,omitempty"`
 	// Stage is the pivot stage that moves the deployment.
-	Stage string `json:"stage"`
+	// +optional
+	Stage string `json:"stage,omitempty"`
 	// KubeConfig is where the target's kubeconfig is read from (the
 	// mirrors' status is refreshed through it).
-	KubeConfig SecretKeyReference `json:"kubeConfig"`
+	// +optional
+	KubeConfig *SecretKeyReference `json:"kubeConfig,omitempty"`
 	// KubeConfigNamespace is the namespace of that Secret when it is not
 	// the deployment's own (the Cluster's namespace).
 	// +optional

@@ -33,6 +33,7 @@ type pivotFlags struct {
 	target    clusterFlags
 	namespace string
 	dryRun    bool
+	force     bool
 	output    string
 }
 
@@ -41,7 +42,8 @@ func (f *pivotFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.target.kubeconfig, "to-kubeconfig", "", "kubeconfig of the cluster to move into (required)")
 	fs.StringVar(&f.target.context, "to-context", "", "context of --to-kubeconfig to use")
 	fs.StringVarP(&f.namespace, "namespace", "n", "capstan-system", "namespace of the ClusterDeployment")
-	fs.BoolVar(&f.dryRun, "dry-run", false, "print the plan and change nothing in either cluster")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "print the plan and the preflight's problems, and change nothing in either cluster")
+	fs.BoolVar(&f.force, "force", false, "move even while Machines are provisioning or BareMetalHosts are being registered, inspected, provisioned or deprovisioned (the other preflight checks still apply)")
 	fs.StringVarP(&f.output, "output", "o", "text", "plan format with --dry-run: text, yaml or json")
 }
 
@@ -59,10 +61,18 @@ target owners first (owner references rewritten, status copied), unpause
 the target, and clean the source down to paused, read-only mirrors of the
 Clusters, Machines and the deployment.
 
+Before anything is paused, a preflight checks that the target answers and
+serves every kind that moves, that no Machine or BareMetalHost is in the
+middle of provisioning (--force moves anyway), that no object is being
+deleted, and that the target has no ClusterDeployment of the same name
+that a move did not create. It reports every problem at once, and the
+move does not start while there is one.
+
 Each step is recorded on the source's ClusterDeployment (annotation
 capstan.dev/pivot-step); run the same command again after an interruption
-and it resumes after the last step done. --dry-run prints the plan and
-writes nothing.`,
+and it resumes after the last step done, without a preflight. --dry-run
+prints the plan and the preflight's problems, exits non-zero if there are
+any, and writes nothing.`,
 		Example: `  capstan pivot mgmt --kubeconfig bootstrap.kubeconfig --to-kubeconfig mgmt.kubeconfig --dry-run
   capstan pivot mgmt --kubeconfig bootstrap.kubeconfig --to-kubeconfig mgmt.kubeconfig`,
 		Args: cobra.ExactArgs(1),
@@ -149,8 +159,29 @@ func runPivot(ctx context.Context, out io.Writer, f pivotFlags, name string) err
 	if err != nil {
 		return err
 	}
+	plan.ResumesAfter = string(last)
+	// A move that resumes was checked when it started; by now its objects
+	// are paused, half copied or arrived, which a preflight would refuse.
+	var preflight error
+	if last == "" {
+		preflight = pivot.Preflight(ctx, g, target.client, target.disco, pivot.PreflightOptions{Force: f.force})
+		problems := pivot.PreflightProblems(preflight)
+		if preflight != nil && len(problems) == 0 {
+			return preflight
+		}
+		plan.Preflight = preflightOf(problems)
+	}
 	if f.dryRun {
-		return printMovePlan(out, plan, f.output)
+		if err := printMovePlan(out, plan, f.output); err != nil {
+			return err
+		}
+		if n := len(plan.Preflight); n > 0 {
+			return fmt.Errorf("preflight found %s: the move of %s/%s would not start", countOf(n, "problem"), f.namespace, name)
+		}
+		return nil
+	}
+	if preflight != nil {
+		return fmt.Errorf("preflight: the move of %s/%s did not start, nothing was changed:\n%w", f.namespace, name, preflight)
 	}
 
 	if last != "" {
@@ -203,6 +234,40 @@ type pivotPlan struct {
 	Create     []pivotPlanEntry `json:"create"`
 	Mirrors    []string         `json:"mirrors"`
 	Delete     []string         `json:"delete"`
+	// ResumesAfter is the last step a move recorded: the plan is the rest.
+	ResumesAfter string `json:"resumesAfter,omitempty"`
+	// Preflight are the problems that keep the move from starting: empty
+	// when it may start, null when the preflight did not run (a move that
+	// resumes was checked when it started).
+	Preflight []pivotPlanProblem `json:"preflight"`
+}
+
+// pivotPlanProblem is one problem of the preflight.
+type pivotPlanProblem struct {
+	Check   string   `json:"check"`
+	Objects []string `json:"objects,omitempty"`
+	Message string   `json:"message"`
+}
+
+// preflightOf turns the preflight's problems into the plan's list, empty
+// and not nil when there are none: the preflight ran and passed.
+func preflightOf(problems []*pivot.PreflightProblem) []pivotPlanProblem {
+	out := []pivotPlanProblem{}
+	for _, p := range problems {
+		e := pivotPlanProblem{Check: string(p.Check), Message: p.Message}
+		for _, o := range p.Objects {
+			e.Objects = append(e.Objects, o.String())
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func countOf(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 type pivotPlanEntry struct {
@@ -263,5 +328,16 @@ func printMovePlan(out io.Writer, p *pivotPlan, format string) error {
 	fmt.Fprintf(out, "\n3. Unpause in the target (%d)\n\n", len(p.Pause))
 	fmt.Fprintf(out, "4. In the source, keep as paused read-only mirrors (%d): %s\n", len(p.Mirrors), strings.Join(p.Mirrors, ", "))
 	fmt.Fprintf(out, "   and delete, dependents first (%d): %s\n", len(p.Delete), strings.Join(p.Delete, ", "))
+	switch {
+	case p.Preflight == nil:
+		fmt.Fprintf(out, "\nPreflight: not run; the move resumes after step %s and was checked when it started\n", p.ResumesAfter)
+	case len(p.Preflight) == 0:
+		fmt.Fprintf(out, "\nPreflight: no problems; the move may start\n")
+	default:
+		fmt.Fprintf(out, "\nPreflight: %s; the move would not start:\n", countOf(len(p.Preflight), "problem"))
+		for _, e := range p.Preflight {
+			fmt.Fprintf(out, "   - %s\n", e.Message)
+		}
+	}
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"maps"
 	"os"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/capstan-dev/capstan/internal/testenv"
+	"github.com/capstan-dev/capstan/stages/pivot"
 )
 
 // startManagementCluster starts a control plane with Capstan's, Cluster
@@ -78,13 +80,21 @@ func writePivotFixture(t *testing.T, env *testenv.Env) client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ns := range []string{"capstan-system", "mgmt"} {
+	writeDeployment(t, c, "mgmt")
+	return c
+}
+
+// writeDeployment writes pivotFixture for a deployment and cluster named
+// name, its cluster's objects in namespace name.
+func writeDeployment(t *testing.T, c client.Client, name string) {
+	t.Helper()
+	for _, ns := range []string{"capstan-system", name} {
 		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}}}
-		if err := c.Create(t.Context(), u); err != nil {
+		if err := c.Create(t.Context(), u); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
 	}
-	for _, doc := range strings.Split(pivotFixture, "\n---\n") {
+	for _, doc := range strings.Split(strings.ReplaceAll(pivotFixture, "mgmt", name), "\n---\n") {
 		u := &unstructured.Unstructured{}
 		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
 			t.Fatal(err)
@@ -93,7 +103,6 @@ func writePivotFixture(t *testing.T, env *testenv.Env) client.Client {
 			t.Fatalf("create %s %s: %v", u.GetKind(), u.GetName(), err)
 		}
 	}
-	return c
 }
 
 // versions are the resource versions of the fixture's kinds in a cluster:
@@ -141,6 +150,7 @@ func TestPivotCommand(t *testing.T) {
 			"labelled cluster.x-k8s.io/cluster-name=mgmt",
 			"keep as paused read-only mirrors (3)",
 			"delete, dependents first (1): Secret/mgmt/mgmt-cp-0-bmc",
+			"Preflight: no problems; the move may start",
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("plan does not say %q:\n%s", want, out)
@@ -168,6 +178,56 @@ func TestPivotCommand(t *testing.T) {
 		}
 		if len(plan.Create) != 4 || plan.Deployment != "capstan-system/mgmt" {
 			t.Errorf("plan %+v", plan)
+		}
+		if plan.Preflight == nil || len(plan.Preflight) != 0 {
+			t.Errorf("preflight %#v, want an empty list: it ran and found nothing", plan.Preflight)
+		}
+	})
+
+	t.Run("a machine mid-provisioning: the dry run lists it and fails, the move is refused, --force passes", func(t *testing.T) {
+		setMachinePhase(t, sc, "mgmt", "mgmt-abcde", "Provisioning")
+		defer setMachinePhase(t, sc, "mgmt", "mgmt-abcde", "Running")
+		before, beforeTarget := versions(t, sc), versions(t, tc)
+		const problem = "Machine/mgmt/mgmt-abcde is Provisioning"
+
+		out, err := runCLI(t, append(args, "--dry-run")...)
+		if err == nil || !strings.Contains(err.Error(), "preflight found 1 problem") {
+			t.Errorf("err %v, want the preflight's problem counted", err)
+		}
+		plan, problemAt := strings.Index(out, "4. In the source"), strings.Index(out, problem)
+		if plan < 0 || problemAt < plan || !strings.Contains(out[problemAt:], "--force") {
+			t.Errorf("the dry run does not list %q, with --force, after the plan:\n%s", problem, out)
+		}
+
+		out, err = runCLI(t, append(args, "--dry-run", "-o", "json")...)
+		if err == nil {
+			t.Error("-o json: the dry run passed")
+		}
+		var data pivotPlan
+		dec := json.NewDecoder(strings.NewReader(out))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&data); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if len(data.Preflight) != 1 || data.Preflight[0].Check != "NotMidOperation" ||
+			!slices.Equal(data.Preflight[0].Objects, []string{"Machine/mgmt/mgmt-abcde"}) || !strings.Contains(data.Preflight[0].Message, problem) {
+			t.Errorf("preflight %+v, want the machine's problem as data", data.Preflight)
+		}
+
+		out, err = runCLI(t, args...)
+		if err == nil || !strings.Contains(err.Error(), "did not start") || !strings.Contains(err.Error(), problem) {
+			t.Errorf("err %v, want the move refused naming the machine\n%s", err, out)
+		}
+		if after := versions(t, sc); !maps.Equal(before, after) {
+			t.Errorf("the refused move wrote to the source: %v -> %v", before, after)
+		}
+		if after := versions(t, tc); !maps.Equal(beforeTarget, after) {
+			t.Errorf("the refused move wrote to the target: %v -> %v", beforeTarget, after)
+		}
+
+		out, err = runCLI(t, append(args, "--dry-run", "--force")...)
+		if err != nil || !strings.Contains(out, "Preflight: no problems") {
+			t.Errorf("--force: %v\n%s", err, out)
 		}
 	})
 
@@ -210,6 +270,56 @@ func TestPivotCommand(t *testing.T) {
 			t.Errorf("the third cluster got Cluster mgmt (err %v)", err)
 		}
 	})
+
+	// A move that resumes was checked when it started: no preflight,
+	// though it would refuse the machine the deployment has now.
+	t.Run("a move that resumes runs no preflight", func(t *testing.T) {
+		writeDeployment(t, sc, "edge")
+		setMachinePhase(t, sc, "edge", "edge-abcde", "Provisioning")
+		args := []string{"pivot", "edge", "--kubeconfig", source.KubeconfigPath, "--to-kubeconfig", target.KubeconfigPath}
+		if out, err := runCLI(t, append(args, "--dry-run")...); err == nil || !strings.Contains(out, "Machine/edge/edge-abcde is Provisioning") {
+			t.Fatalf("the preflight of a new move passed a provisioning machine: %v\n%s", err, out)
+		}
+		// As a move interrupted after its first step leaves it.
+		if err := recordStep(t.Context(), sc, "capstan-system", "edge", pivot.StepPause, target.Config.Host); err != nil {
+			t.Fatal(err)
+		}
+		out, err := runCLI(t, append(args, "--dry-run", "-o", "yaml")...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		var plan pivotPlan
+		if err := yaml.UnmarshalStrict([]byte(out), &plan); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if plan.Preflight != nil || plan.ResumesAfter != "Pause" {
+			t.Errorf("preflight %v, resumes after %q; want none run, after Pause", plan.Preflight, plan.ResumesAfter)
+		}
+		out, err = runCLI(t, args...)
+		if err != nil || !strings.Contains(out, "resuming the move of capstan-system/edge") || !strings.Contains(out, "✓ CleanSource") {
+			t.Errorf("%v\n%s", err, out)
+		}
+		if _, ok := versions(t, tc)["Machine/edge/edge-abcde"]; !ok {
+			t.Error("Machine edge-abcde is not in the target")
+		}
+	})
+}
+
+// setMachinePhase writes a Machine's status.phase, as Cluster API would.
+func setMachinePhase(t *testing.T, c client.Client, namespace, name, phase string) {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("cluster.x-k8s.io/v1beta2")
+	u.SetKind("Machine")
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: name}, u); err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(u.Object, phase, "status", "phase"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Status().Update(t.Context(), u); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestPivotNeedsATarget(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -66,6 +67,11 @@ type Mover struct {
 	// SourceName and TargetName name the clusters in the annotations of
 	// the moved deployment and of the mirrors.
 	SourceName, TargetName string
+	// TargetID identifies the Capstan of the target (ClusterID). When set,
+	// Unpause first hands the fencing record of every ClusterDeployment
+	// moved to it, in the target and in the source, so that from then on
+	// only the target's Capstan writes for them, whatever restarts.
+	TargetID string
 	// Mirror says which objects stay in the source as read-only copies;
 	// nil means IsMirror.
 	Mirror func(Object) bool
@@ -226,6 +232,14 @@ func (m *Mover) copy(ctx context.Context, g *Graph) error {
 			created.SetAnnotations(annotations)
 		}
 		status, hasStatus := src.Object["status"]
+		if created.GetKind() == "ClusterDeployment" && hasStatus {
+			// The record of the move is the source's; the target's
+			// Capstan writes its own when it takes the deployment over.
+			if m, ok := status.(map[string]any); ok {
+				status = maps.Clone(m)
+				delete(status.(map[string]any), "pivot")
+			}
+		}
 		if err := m.Target.Create(ctx, created); err != nil {
 			return fmt.Errorf("create %s in the target: %w", ObjectOf(src), err)
 		}
@@ -295,8 +309,21 @@ func ensureNamespace(ctx context.Context, c client.Client, name string) error {
 	return nil
 }
 
-// unpause unpauses the Clusters and hosts in the target.
+// unpause hands the fencing records to the target, then unpauses the
+// Clusters, hosts and deployments in the target.
 func (m *Mover) unpause(ctx context.Context, g *Graph) error {
+	if m.TargetID != "" {
+		for _, n := range g.Nodes() {
+			if n.Object.GetKind() != "ClusterDeployment" {
+				continue
+			}
+			for _, c := range []client.Client{m.Target, m.Source} {
+				if err := HandFence(ctx, c, n.Object.GetNamespace(), n.Object.GetName(), m.TargetID, m.TargetName); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	for _, n := range g.PauseTargets() {
 		if err := setPaused(ctx, m.Target, n.Object, false); err != nil {
 			return err
