@@ -111,7 +111,43 @@ func Objects(opts Options) ([]*unstructured.Unstructured, error) {
 	if err := patchesMatch(opts.Patches, objs); err != nil {
 		return nil, err
 	}
+	if err := setImageEnv(objs); err != nil {
+		return nil, err
+	}
 	return objs, nil
+}
+
+// ImageEnv tells the daemon which image it runs, so that a pivot can
+// install the same image into the cluster it moved a deployment into.
+const ImageEnv = "CAPSTAN_IMAGE"
+
+// setImageEnv sets ImageEnv on the daemon's container to its image, as
+// kustomize resolved it.
+func setImageEnv(objs []*unstructured.Unstructured) error {
+	d := find(objs, "Deployment")
+	if d == nil {
+		return nil
+	}
+	containers, _, err := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	if err != nil {
+		return fmt.Errorf("render install manifests: Deployment %s containers: %w", d.GetName(), err)
+	}
+	for i, c := range containers {
+		m, ok := c.(map[string]any)
+		if !ok || m["name"] != "capstan" {
+			continue
+		}
+		env, _ := m["env"].([]any)
+		kept := env[:0]
+		for _, e := range env {
+			if em, ok := e.(map[string]any); !ok || em["name"] != ImageEnv {
+				kept = append(kept, e)
+			}
+		}
+		m["env"] = append(kept, map[string]any{"name": ImageEnv, "value": m["image"]})
+		containers[i] = m
+	}
+	return unstructured.SetNestedSlice(d.Object, containers, "spec", "template", "spec", "containers")
 }
 
 // patchesMatch reports the patches that name an object the manifests do not

@@ -19,11 +19,13 @@ import (
 	"github.com/capstan-dev/capstan/stages/pivot"
 )
 
-// pivoting reports whether a move of the deployment has started here and
-// not finished: the deployment is suspended by the move, which the walk
-// must still carry through.
+// pivoting reports whether a pivot stage's move of the deployment has
+// started here and not finished: the deployment is suspended by the move,
+// which the walk must still carry through. A move by hand (`capstan
+// pivot`, no stage) is the command's to carry through: the walk leaves
+// it alone.
 func pivoting(cd *capstanv1.ClusterDeployment) bool {
-	return cd.Status.Pivot != nil && cd.Status.Pivot.Phase != "" && cd.Status.Pivot.Phase != capstanv1.PivotCleanedUp &&
+	return cd.Status.Pivot != nil && cd.Status.Pivot.Stage != "" && cd.Status.Pivot.Phase != "" && cd.Status.Pivot.Phase != capstanv1.PivotCleanedUp &&
 		cd.Annotations[pivot.ArrivedAnnotation] == ""
 }
 

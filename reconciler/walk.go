@@ -116,7 +116,7 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 				// The deployment lives in the target now; here it is a
 				// suspended mirror, and the stages after this one are the
 				// target's Capstan's to run.
-				r.event(cd, "Normal", "Pivoted", "stage %s: %s; the stages after it run there", st().Name, st().Message)
+				r.event(cd, "Normal", "Pivoted", "stage %s: %s; the stages after it run there", st().Name, res.Message)
 				return true, nil
 			}
 			continue

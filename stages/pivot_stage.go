@@ -76,6 +76,10 @@ func (i *identity) get(ctx context.Context) (string, string, error) {
 
 // Installer installs Capstan into a cluster a deployment moved into.
 type Installer interface {
+	// InstallCRDs applies Capstan's CRDs to target, before the move: the
+	// ClusterDeployment moves with the rest. It waits until they are
+	// established.
+	InstallCRDs(ctx context.Context, target Cluster) error
 	// Install applies Capstan's manifests to target, with the image and
 	// source settings of the instance running, and returns what it
 	// installed, for status ("image ..."). It does not wait.
@@ -247,6 +251,15 @@ func (e *Executor) move(ctx context.Context, stage *Stage, owner Owner, cd *caps
 		return 0, nil, err
 	}
 	if last == "" {
+		if e.installer != nil && (stage.Pivot == nil || stage.Pivot.Install != capstanv1.PivotInstallNever) {
+			if err := e.installer.InstallCRDs(ctx, e.cluster); err != nil {
+				return 0, nil, fmt.Errorf("install Capstan's CRDs into %s: %w", e.cluster.Name(), err)
+			}
+			// What the target serves changed: ask afresh.
+			if c, ok := targetDisco.(interface{ Invalidate() }); ok {
+				c.Invalidate()
+			}
+		}
 		force := stage.Pivot != nil && stage.Pivot.Force
 		if err := pivot.Preflight(ctx, g, e.client, targetDisco, pivot.PreflightOptions{Force: force}); err != nil {
 			err = fmt.Errorf("preflight: the move did not start, nothing changed: %w", err)

@@ -8,25 +8,37 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/stages/pivot"
 )
 
-// Annotations on the source's ClusterDeployment that record a move by
-// hand, so that `capstan pivot` run again resumes it.
-const (
-	pivotStepAnnotation   = pivot.StepAnnotation
-	pivotTargetAnnotation = pivot.TargetAnnotation
-)
+// pivotPhases are the phases of a move in order, as the pivot stage
+// records them in status.pivot (stages/pivot_stage.go): the four after
+// Preflight are the Mover's steps, by the same names. A move by hand
+// stops after CleanSource; the Capstan started in the target goes on.
+var pivotPhases = []capstanv1.PivotPhase{
+	capstanv1.PivotPreflight, capstanv1.PivotPaused, capstanv1.PivotCopied, capstanv1.PivotUnpaused,
+	capstanv1.PivotSourceCleaned, capstanv1.PivotInstalled, capstanv1.PivotHandedOver, capstanv1.PivotCleanedUp,
+}
+
+// pivotReached reports whether phase p is done when last is the last done.
+func pivotReached(last, p capstanv1.PivotPhase) bool {
+	return last != "" && slices.Index(pivotPhases, last) >= slices.Index(pivotPhases, p)
+}
 
 type pivotFlags struct {
 	source    clusterFlags
@@ -58,8 +70,10 @@ the Secrets its hosts and machines name) and the deployment itself from the
 cluster of --kubeconfig into the cluster of --to-kubeconfig, in four steps:
 pause the source (Clusters, BareMetalHosts, the deployment), copy into the
 target owners first (owner references rewritten, status copied), unpause
-the target, and clean the source down to paused, read-only mirrors of the
-Clusters, Machines and the deployment.
+the target (after handing it the deployment's fencing records: from then on
+only a Capstan running in the target writes for the deployment), and clean
+the source down to paused, read-only mirrors of the Clusters, Machines and
+the deployment.
 
 Before anything is paused, a preflight checks that the target answers and
 serves every kind that moves, that no Machine or BareMetalHost is in the
@@ -68,11 +82,18 @@ deleted, and that the target has no ClusterDeployment of the same name
 that a move did not create. It reports every problem at once, and the
 move does not start while there is one.
 
-Each step is recorded on the source's ClusterDeployment (annotation
-capstan.dev/pivot-step); run the same command again after an interruption
-and it resumes after the last step done, without a preflight. --dry-run
-prints the plan and the preflight's problems, exits non-zero if there are
-any, and writes nothing.`,
+Each phase done is recorded in the source's ClusterDeployment, in
+status.pivot, as the pivot stage records its moves: the target, the phase
+and its time, and once the source is clean the objects moved, the mirrors
+kept and the Capstan that owns the deployment now. Run the same command
+again after an interruption and it resumes after the last phase done,
+without a preflight; a move recorded into another cluster is refused.
+--dry-run prints the plan and the preflight's problems, exits non-zero if
+there are any, and writes nothing.
+
+The move by hand installs nothing and waits for no handover: start Capstan
+in the target afterwards (capstan install --kubeconfig FILE), which takes
+the deployment over.`,
 		Example: `  capstan pivot mgmt --kubeconfig bootstrap.kubeconfig --to-kubeconfig mgmt.kubeconfig --dry-run
   capstan pivot mgmt --kubeconfig bootstrap.kubeconfig --to-kubeconfig mgmt.kubeconfig`,
 		Args: cobra.ExactArgs(1),
@@ -107,7 +128,20 @@ func connect(f clusterFlags) (*connection, error) {
 	return &connection{config: cfg, client: c, disco: d}, nil
 }
 
+// describeCluster names a cluster of a move by hand, as status.pivot and
+// the annotations of the move say it (a pivot stage names its target by
+// its kubeconfig Secret).
+func describeCluster(c *connection) string {
+	return "kubeconfig " + c.config.Host
+}
+
 func runPivot(ctx context.Context, out io.Writer, f pivotFlags, name string) error {
+	return movePivot(ctx, out, f, name, nil)
+}
+
+// movePivot is runPivot; interrupt, when set, is called after each step
+// recorded, and its error stops the move there as a crash would (tests).
+func movePivot(ctx context.Context, out io.Writer, f pivotFlags, name string, interrupt func(pivot.Step) error) error {
 	if f.target.kubeconfig == "" {
 		return fmt.Errorf("--to-kubeconfig is required: the kubeconfig of the cluster to move into (for a Cluster API cluster, the value of Secret <cluster>-kubeconfig)")
 	}
@@ -125,29 +159,34 @@ func runPivot(ctx context.Context, out io.Writer, f pivotFlags, name string) err
 	if source.config.Host == target.config.Host {
 		return fmt.Errorf("--kubeconfig and --to-kubeconfig reach the same API server %s: a move needs two clusters", source.config.Host)
 	}
+	from, to := describeCluster(source), describeCluster(target)
 
-	cd := &unstructured.Unstructured{}
-	cd.SetAPIVersion("capstan.dev/v1alpha1")
-	cd.SetKind("ClusterDeployment")
-	if err := source.client.Get(ctx, client.ObjectKey{Namespace: f.namespace, Name: name}, cd); err != nil {
-		return fmt.Errorf("read ClusterDeployment %s/%s in the source: %w", f.namespace, name, err)
+	cd, record, err := readPivotRecord(ctx, source.client, f.namespace, name)
+	if err != nil {
+		return err
 	}
-	last := pivot.Step(cd.GetAnnotations()[pivotStepAnnotation])
-	if last != "" && cd.GetAnnotations()[pivotTargetAnnotation] != target.config.Host {
-		return fmt.Errorf("ClusterDeployment %s/%s is being moved into %s (step %s done), not %s: finish that move first",
-			f.namespace, name, cd.GetAnnotations()[pivotTargetAnnotation], last, target.config.Host)
+	st := cd.Status.Pivot
+	last := capstanv1.PivotPhase("")
+	if st != nil {
+		last = st.Phase
 	}
-	if last == pivot.Steps[len(pivot.Steps)-1] {
-		fmt.Fprintf(out, "ClusterDeployment %s/%s was moved into %s already\n", f.namespace, name, target.config.Host)
+	if err := checkRecordedMove(st, f.namespace, name, to); err != nil {
+		return err
+	}
+	if pivotReached(last, capstanv1.PivotSourceCleaned) {
+		fmt.Fprintf(out, "ClusterDeployment %s/%s was moved into %s already (phase %s done): the move is complete\n", f.namespace, name, to, last)
+		if last == capstanv1.PivotSourceCleaned {
+			printPivotNext(out, f)
+		}
 		return nil
 	}
 
 	// Up to the copy the source holds everything; after it, the target.
-	from := source
-	if last != "" && slices.Index(pivot.Steps, last) >= slices.Index(pivot.Steps, pivot.StepCopy) {
-		from = target
+	in := source
+	if pivotReached(last, capstanv1.PivotCopied) {
+		in = target
 	}
-	all, roots, err := pivot.Discover(ctx, from.client, from.disco, f.namespace, name)
+	all, roots, err := pivot.Discover(ctx, in.client, in.disco, f.namespace, name)
 	if err != nil {
 		return err
 	}
@@ -155,7 +194,7 @@ func runPivot(ctx context.Context, out io.Writer, f pivotFlags, name string) err
 	if err != nil {
 		return err
 	}
-	plan, err := planOf(g, source.config.Host, target.config.Host, f.namespace, name)
+	plan, err := planOf(g, from, to, f.namespace, name)
 	if err != nil {
 		return err
 	}
@@ -184,43 +223,152 @@ func runPivot(ctx context.Context, out io.Writer, f pivotFlags, name string) err
 		return fmt.Errorf("preflight: the move of %s/%s did not start, nothing was changed:\n%w", f.namespace, name, preflight)
 	}
 
-	if last != "" {
-		fmt.Fprintf(out, "resuming the move of %s/%s into %s after step %s\n", f.namespace, name, target.config.Host, last)
-	} else {
-		fmt.Fprintf(out, "moving %s/%s: %d objects from %s into %s\n", f.namespace, name, len(plan.Create), source.config.Host, target.config.Host)
+	// The target's identity: the fencing records are handed to it, and
+	// status.pivot names it as the deployment's owner.
+	targetID, err := pivot.ClusterID(ctx, target.client)
+	if err != nil {
+		return fmt.Errorf("target %s: %w", to, err)
 	}
+	if last == "" {
+		fmt.Fprintf(out, "moving %s/%s: %d objects from %s into %s\n", f.namespace, name, len(plan.Create), from, to)
+		// A record without a phase (a pivot stage whose preflight failed)
+		// is replaced whole: this move is by hand.
+		rec := &capstanv1.PivotStatus{Target: to, StartedAt: ptr.To(metav1.Now()), Phase: capstanv1.PivotPreflight}
+		if err := recordPivot(ctx, source.client, f.namespace, name, rec, record); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "  ✓ %-12s no problems\n", capstanv1.PivotPreflight)
+		last = capstanv1.PivotPreflight
+	} else {
+		fmt.Fprintf(out, "resuming the move of %s/%s into %s after phase %s\n", f.namespace, name, to, last)
+	}
+	mirrors := pivotMirrors(g)
 	counts := map[pivot.Step]int{}
 	m := &pivot.Mover{
-		Source: source.client, Target: target.client, SourceName: source.config.Host, TargetName: target.config.Host,
+		Source: source.client, Target: target.client, SourceName: from, TargetName: to, TargetID: targetID,
 		Touched: func(s pivot.Step, _ pivot.Object) error { counts[s]++; return nil },
 		Done: func(s pivot.Step) error {
+			rec := &capstanv1.PivotStatus{Phase: capstanv1.PivotPhase(s)}
+			if s == pivot.StepCleanSource {
+				rec.Objects, rec.Mirrors, rec.Owner = int32(g.Len()), mirrors, targetID
+			}
+			if err := recordPivot(ctx, source.client, f.namespace, name, rec, nil); err != nil {
+				return err
+			}
 			fmt.Fprintf(out, "  ✓ %-12s %d objects\n", s, counts[s])
-			return recordStep(ctx, source.client, f.namespace, name, s, target.config.Host)
+			if interrupt != nil {
+				return interrupt(s)
+			}
+			return nil
 		},
 	}
-	if err := m.Move(ctx, g, last); err != nil {
+	step := pivot.Step("")
+	if last != capstanv1.PivotPreflight {
+		step = pivot.Step(last)
+	}
+	if err := m.Move(ctx, g, step); err != nil {
 		return fmt.Errorf("%w; run the same command again to resume", err)
 	}
-	fmt.Fprintf(out, "moved: %s/%s now lives in %s; the source keeps %d read-only mirrors\n", f.namespace, name, target.config.Host, len(plan.Mirrors))
+	fmt.Fprintf(out, "moved: %s/%s now lives in %s; the source keeps %d read-only mirrors\n", f.namespace, name, to, len(plan.Mirrors))
+	printPivotNext(out, f)
 	return nil
 }
 
-// recordStep writes the last step done on the source's deployment (its
-// mirror, which the move keeps).
-func recordStep(ctx context.Context, c client.Client, namespace, name string, s pivot.Step, target string) error {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		pivotStepAnnotation: string(s), pivotTargetAnnotation: target,
-	}}})
+// checkRecordedMove refuses a move into target while status.pivot records
+// one into another cluster, by hand or by a pivot stage.
+func checkRecordedMove(st *capstanv1.PivotStatus, namespace, name, target string) error {
+	if st == nil || st.Phase == "" || st.Target == target {
+		return nil
+	}
+	by := ""
+	if st.Stage != "" {
+		by = " by stage " + st.Stage
+	}
+	if pivotReached(st.Phase, capstanv1.PivotSourceCleaned) {
+		return fmt.Errorf("ClusterDeployment %s/%s was moved into %s already%s (phase %s done), not %s: it lives there now; move it from there",
+			namespace, name, st.Target, by, st.Phase, target)
+	}
+	return fmt.Errorf("ClusterDeployment %s/%s is being moved into %s%s (phase %s done), not %s: finish that move first",
+		namespace, name, st.Target, by, st.Phase, target)
+}
+
+// printPivotNext says what a move by hand leaves to do: it installs
+// nothing and waits for no handover.
+func printPivotNext(out io.Writer, f pivotFlags) {
+	install := "capstan install --kubeconfig " + f.target.kubeconfig
+	if f.target.context != "" {
+		install += " --context " + f.target.context
+	}
+	fmt.Fprintf(out, "next: start Capstan in the target; it owns the deployment (its fencing records) and takes it over:\n  %s\n", install)
+}
+
+// pivotMirrors are the Cluster API Clusters and Machines the move keeps
+// in the source, as status.pivot lists them: the deployment is the record
+// itself.
+func pivotMirrors(g *pivot.Graph) []capstanv1.ObjectReference {
+	var out []capstanv1.ObjectReference
+	for _, n := range g.Nodes() {
+		if id := n.ID(); pivot.IsMirror(id) && id.Kind != "ClusterDeployment" && id.Kind != "Secret" {
+			out = append(out, capstanv1.ObjectReference{APIVersion: id.APIVersion, Kind: id.Kind, Namespace: id.Namespace, Name: id.Name})
+		}
+	}
+	return out
+}
+
+// readPivotRecord reads the ClusterDeployment in the source, and its
+// status.pivot as stored (nil without one).
+func readPivotRecord(ctx context.Context, c client.Reader, namespace, name string) (*capstanv1.ClusterDeployment, map[string]any, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(capstanv1.GroupVersion.WithKind("ClusterDeployment"))
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, u); err != nil {
+		return nil, nil, fmt.Errorf("read ClusterDeployment %s/%s in the source: %w", namespace, name, err)
+	}
+	cd := &capstanv1.ClusterDeployment{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cd); err != nil {
+		return nil, nil, fmt.Errorf("read ClusterDeployment %s/%s in the source: %w", namespace, name, err)
+	}
+	record, _, err := unstructured.NestedMap(u.Object, "status", "pivot")
+	if err != nil {
+		return nil, nil, fmt.Errorf("read ClusterDeployment %s/%s in the source: status.pivot: %w", namespace, name, err)
+	}
+	return cd, record, nil
+}
+
+// recordPivot merges rec's set fields into the deployment's status.pivot
+// in the source, with the time of the phase when it sets one, through the
+// status subresource as the pivot stage does. The fields of replaced (the
+// record as read) that rec does not set are removed.
+func recordPivot(ctx context.Context, c client.Client, namespace, name string, rec *capstanv1.PivotStatus, replaced map[string]any) error {
+	if rec.Phase != "" {
+		rec.PhaseTime = ptr.To(metav1.Now())
+	}
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return err
+	}
+	for k := range replaced {
+		if _, ok := fields[k]; !ok {
+			fields[k] = nil
+		}
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"pivot": fields}})
 	if err != nil {
 		return err
 	}
 	cd := &unstructured.Unstructured{}
-	cd.SetAPIVersion("capstan.dev/v1alpha1")
-	cd.SetKind("ClusterDeployment")
+	cd.SetGroupVersionKind(capstanv1.GroupVersion.WithKind("ClusterDeployment"))
 	cd.SetNamespace(namespace)
 	cd.SetName(name)
-	if err := c.Patch(ctx, cd, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return fmt.Errorf("record step %s on ClusterDeployment %s/%s: %w", s, namespace, name, err)
+	// A step done is recorded even when the command is interrupted right
+	// after it: a resumed move must not take it again.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := c.Status().Patch(ctx, cd, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("record the move in ClusterDeployment %s/%s status.pivot: %w", namespace, name, err)
 	}
 	return nil
 }
@@ -234,7 +382,7 @@ type pivotPlan struct {
 	Create     []pivotPlanEntry `json:"create"`
 	Mirrors    []string         `json:"mirrors"`
 	Delete     []string         `json:"delete"`
-	// ResumesAfter is the last step a move recorded: the plan is the rest.
+	// ResumesAfter is the last phase a move recorded: the plan is the rest.
 	ResumesAfter string `json:"resumesAfter,omitempty"`
 	// Preflight are the problems that keep the move from starting: empty
 	// when it may start, null when the preflight did not run (a move that
@@ -330,7 +478,7 @@ func printMovePlan(out io.Writer, p *pivotPlan, format string) error {
 	fmt.Fprintf(out, "   and delete, dependents first (%d): %s\n", len(p.Delete), strings.Join(p.Delete, ", "))
 	switch {
 	case p.Preflight == nil:
-		fmt.Fprintf(out, "\nPreflight: not run; the move resumes after step %s and was checked when it started\n", p.ResumesAfter)
+		fmt.Fprintf(out, "\nPreflight: not run; the move resumes after phase %s and was checked when it started\n", p.ResumesAfter)
 	case len(p.Preflight) == 0:
 		fmt.Fprintf(out, "\nPreflight: no problems; the move may start\n")
 	default:

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"os"
 	"slices"
@@ -12,9 +13,12 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/internal/testenv"
 	"github.com/capstan-dev/capstan/stages/pivot"
 )
@@ -231,15 +235,34 @@ func TestPivotCommand(t *testing.T) {
 		}
 	})
 
-	t.Run("the move, then again: moved already", func(t *testing.T) {
+	targetID, err := pivot.ClusterID(t.Context(), tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	intoTarget := "kubeconfig " + target.Config.Host
+	third := startManagementCluster(t)
+	intoThird := "kubeconfig " + third.Config.Host
+	c3, err := client.New(third.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var moved *capstanv1.PivotStatus
+	t.Run("the move records each phase in status.pivot, hands the fencing records to the target and says what is next", func(t *testing.T) {
+		// A pivot stage whose preflight failed leaves a record without a
+		// phase: the move by hand replaces it whole.
+		patchPivotRecord(t, sc, "mgmt", map[string]any{"target": "Secret capstan-system/mgmt-kubeconfig", "stage": "PivotDone", "message": "preflight failed"})
 		out, err := runCLI(t, args...)
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		for _, step := range []string{"Pause", "Copy", "Unpause", "CleanSource"} {
-			if !strings.Contains(out, "✓ "+step) {
-				t.Errorf("no progress line for step %s:\n%s", step, out)
+		for _, phase := range []string{"Preflight", "Pause", "Copy", "Unpause", "CleanSource"} {
+			if !strings.Contains(out, "✓ "+phase) {
+				t.Errorf("no progress line for phase %s:\n%s", phase, out)
 			}
+		}
+		if !strings.Contains(out, "capstan install --kubeconfig "+target.KubeconfigPath) {
+			t.Errorf("the output does not say to start Capstan in the target:\n%s", out)
 		}
 		for _, name := range []string{"Secret/mgmt/mgmt-cp-0-bmc", "Cluster/mgmt/mgmt", "Machine/mgmt/mgmt-abcde", "ClusterDeployment/capstan-system/mgmt"} {
 			if _, ok := versions(t, tc)[name]; !ok {
@@ -250,59 +273,205 @@ func TestPivotCommand(t *testing.T) {
 		if slices.Contains(left, "Secret/mgmt/mgmt-cp-0-bmc") || !slices.Contains(left, "ConfigMap/mgmt/unrelated") {
 			t.Errorf("the source keeps %v; want the BMC Secret gone and the unrelated ConfigMap kept", left)
 		}
-		out, err = runCLI(t, args...)
-		if err != nil || !strings.Contains(out, "moved into") {
+
+		moved = pivotRecord(t, sc, "mgmt")
+		if moved == nil {
+			t.Fatal("no status.pivot in the source")
+		}
+		if moved.Phase != capstanv1.PivotSourceCleaned || moved.Target != intoTarget || moved.Stage != "" || moved.Message != "" ||
+			moved.Objects != 4 || moved.Owner != targetID || moved.StartedAt == nil || moved.PhaseTime == nil {
+			t.Errorf("status.pivot %+v; want phase CleanSource into %q by hand, 4 objects, owned by the target %s, timed", moved, intoTarget, targetID)
+		}
+		if want := []string{"Cluster/mgmt/mgmt", "Machine/mgmt/mgmt-abcde"}; !slices.Equal(mirrorNames(moved, ""), want) {
+			t.Errorf("status.pivot.mirrors %v, want %v", mirrorNames(moved, ""), want)
+		}
+		for name, c := range map[string]client.Client{"target": tc, "source": sc} {
+			if holder, err := pivot.FenceHolder(t.Context(), c, "capstan-system", "mgmt"); err != nil || holder != targetID {
+				t.Errorf("the fencing record in the %s names %q (err %v), want the target %s", name, holder, err, targetID)
+			}
+		}
+		cd := deployment(t, sc, "mgmt")
+		for _, old := range []string{"capstan.dev/pivot-step", "capstan.dev/pivot-target"} {
+			if v, ok := cd.GetAnnotations()[old]; ok {
+				t.Errorf("the source's deployment is annotated %s=%s", old, v)
+			}
+		}
+		if there := deployment(t, tc, "mgmt"); there.Object["status"] != nil && there.Object["status"].(map[string]any)["pivot"] != nil {
+			t.Errorf("the deployment in the target came with the source's status.pivot: %v", there.Object["status"])
+		}
+	})
+
+	t.Run("run again: the move is complete and nothing is written", func(t *testing.T) {
+		before, beforeTarget := versions(t, sc), versions(t, tc)
+		out, err := runCLI(t, args...)
+		if err != nil || !strings.Contains(out, "the move is complete") || !strings.Contains(out, "capstan install --kubeconfig") {
 			t.Errorf("second run: %v\n%s", err, out)
 		}
+		if after := versions(t, sc); !maps.Equal(before, after) {
+			t.Errorf("the second run wrote to the source: %v -> %v", before, after)
+		}
+		if after := versions(t, tc); !maps.Equal(beforeTarget, after) {
+			t.Errorf("the second run wrote to the target: %v -> %v", beforeTarget, after)
+		}
 	})
 
-	t.Run("a move into another cluster is refused while one is recorded", func(t *testing.T) {
-		third := startManagementCluster(t)
+	t.Run("a move into another cluster is refused, naming both, once the move is done", func(t *testing.T) {
 		out, err := runCLI(t, "pivot", "mgmt", "--kubeconfig", source.KubeconfigPath, "--to-kubeconfig", third.KubeconfigPath)
-		if err == nil || !strings.Contains(err.Error(), "is being moved into "+target.Config.Host) {
+		if err == nil || !strings.Contains(err.Error(), "was moved into "+intoTarget+" already") || !strings.Contains(err.Error(), "not "+intoThird) {
 			t.Errorf("err %v, output:\n%s", err, out)
 		}
-		u := &unstructured.Unstructured{}
-		u.SetAPIVersion("cluster.x-k8s.io/v1beta2")
-		u.SetKind("Cluster")
-		c3, _ := client.New(third.Config, client.Options{})
-		if err := c3.Get(t.Context(), client.ObjectKey{Namespace: "mgmt", Name: "mgmt"}, u); !apierrors.IsNotFound(err) {
-			t.Errorf("the third cluster got Cluster mgmt (err %v)", err)
+		if !clusterAbsent(t, c3, "mgmt") {
+			t.Error("the third cluster got Cluster mgmt")
 		}
 	})
 
-	// A move that resumes was checked when it started: no preflight,
-	// though it would refuse the machine the deployment has now.
-	t.Run("a move that resumes runs no preflight", func(t *testing.T) {
+	// A move stopped after a step (here by the command's own hook, as a
+	// crash would) resumes from status.pivot: no preflight, though it
+	// would refuse the machine the deployment has now, only the steps
+	// left, and it ends with the record of an uninterrupted move.
+	t.Run("an interrupted move resumes from status.pivot and ends as an uninterrupted one", func(t *testing.T) {
 		writeDeployment(t, sc, "edge")
-		setMachinePhase(t, sc, "edge", "edge-abcde", "Provisioning")
-		args := []string{"pivot", "edge", "--kubeconfig", source.KubeconfigPath, "--to-kubeconfig", target.KubeconfigPath}
-		if out, err := runCLI(t, append(args, "--dry-run")...); err == nil || !strings.Contains(out, "Machine/edge/edge-abcde is Provisioning") {
-			t.Fatalf("the preflight of a new move passed a provisioning machine: %v\n%s", err, out)
+		f := pivotFlags{source: clusterFlags{kubeconfig: source.KubeconfigPath}, target: clusterFlags{kubeconfig: target.KubeconfigPath},
+			namespace: "capstan-system", output: "text"}
+		var out strings.Builder
+		stop := func(s pivot.Step) error {
+			if s == pivot.StepCopy {
+				return errors.New("interrupted")
+			}
+			return nil
 		}
-		// As a move interrupted after its first step leaves it.
-		if err := recordStep(t.Context(), sc, "capstan-system", "edge", pivot.StepPause, target.Config.Host); err != nil {
-			t.Fatal(err)
+		err := movePivot(t.Context(), &out, f, "edge", stop)
+		if err == nil || !strings.Contains(err.Error(), "interrupted") || !strings.Contains(err.Error(), "run the same command again to resume") {
+			t.Fatalf("err %v\n%s", err, out.String())
 		}
-		out, err := runCLI(t, append(args, "--dry-run", "-o", "yaml")...)
+		if !strings.Contains(out.String(), "✓ Copy") || strings.Contains(out.String(), "✓ Unpause") {
+			t.Errorf("the interrupted move went on after Copy:\n%s", out.String())
+		}
+		stopped := pivotRecord(t, sc, "edge")
+		if stopped == nil || stopped.Phase != capstanv1.PivotCopied || stopped.Target != intoTarget || stopped.Owner != "" || stopped.Objects != 0 {
+			t.Fatalf("status.pivot %+v, want phase Copy into %q, not owned yet", stopped, intoTarget)
+		}
+		if holder, err := pivot.FenceHolder(t.Context(), tc, "capstan-system", "edge"); err != nil || holder != "" {
+			t.Errorf("the fencing record in the target names %q (err %v) before Unpause", holder, err)
+		}
+
+		out2, err := runCLI(t, "pivot", "edge", "--kubeconfig", source.KubeconfigPath, "--to-kubeconfig", third.KubeconfigPath)
+		if err == nil || !strings.Contains(err.Error(), "is being moved into "+intoTarget+" (phase Copy done), not "+intoThird) {
+			t.Errorf("a move into the third cluster during the move: err %v\n%s", err, out2)
+		}
+		if !clusterAbsent(t, c3, "edge") {
+			t.Error("the third cluster got Cluster edge")
+		}
+
+		setMachinePhase(t, tc, "edge", "edge-abcde", "Provisioning")
+		before, beforeTarget := versions(t, sc), versions(t, tc)
+		resume := []string{"pivot", "edge", "--kubeconfig", source.KubeconfigPath, "--to-kubeconfig", target.KubeconfigPath}
+		out2, err = runCLI(t, append(resume, "--dry-run", "-o", "yaml")...)
 		if err != nil {
-			t.Fatalf("%v\n%s", err, out)
+			t.Fatalf("%v\n%s", err, out2)
 		}
 		var plan pivotPlan
-		if err := yaml.UnmarshalStrict([]byte(out), &plan); err != nil {
-			t.Fatalf("%v\n%s", err, out)
+		if err := yaml.UnmarshalStrict([]byte(out2), &plan); err != nil {
+			t.Fatalf("%v\n%s", err, out2)
 		}
-		if plan.Preflight != nil || plan.ResumesAfter != "Pause" {
-			t.Errorf("preflight %v, resumes after %q; want none run, after Pause", plan.Preflight, plan.ResumesAfter)
+		if plan.Preflight != nil || plan.ResumesAfter != "Copy" {
+			t.Errorf("preflight %v, resumes after %q; want none run, after Copy", plan.Preflight, plan.ResumesAfter)
 		}
-		out, err = runCLI(t, args...)
-		if err != nil || !strings.Contains(out, "resuming the move of capstan-system/edge") || !strings.Contains(out, "✓ CleanSource") {
-			t.Errorf("%v\n%s", err, out)
+		if after := versions(t, sc); !maps.Equal(before, after) {
+			t.Errorf("the dry run of the resumed move wrote to the source: %v -> %v", before, after)
+		}
+		if after := versions(t, tc); !maps.Equal(beforeTarget, after) {
+			t.Errorf("the dry run of the resumed move wrote to the target: %v -> %v", beforeTarget, after)
+		}
+
+		out2, err = runCLI(t, resume...)
+		if err != nil || !strings.Contains(out2, "resuming the move of capstan-system/edge into "+intoTarget+" after phase Copy") {
+			t.Fatalf("%v\n%s", err, out2)
+		}
+		for phase, want := range map[string]bool{"Preflight": false, "Pause": false, "Copy": false, "Unpause": true, "CleanSource": true} {
+			if strings.Contains(out2, "✓ "+phase) != want {
+				t.Errorf("progress line for phase %s: %t, want %t\n%s", phase, !want, want, out2)
+			}
+		}
+		got := pivotRecord(t, sc, "edge")
+		if moved == nil || got == nil {
+			t.Fatalf("status.pivot %+v, uninterrupted %+v", got, moved)
+		}
+		if got.Phase != moved.Phase || got.Target != moved.Target || got.Stage != moved.Stage || got.Objects != moved.Objects || got.Owner != moved.Owner ||
+			!got.StartedAt.Equal(stopped.StartedAt) || !slices.Equal(mirrorNames(got, "edge"), mirrorNames(moved, "")) {
+			t.Errorf("status.pivot after the resumed move %+v,\nwant as the uninterrupted one %+v, started when the move started", got, moved)
+		}
+		if holder, err := pivot.FenceHolder(t.Context(), tc, "capstan-system", "edge"); err != nil || holder != targetID {
+			t.Errorf("the fencing record in the target names %q (err %v), want the target %s", holder, err, targetID)
 		}
 		if _, ok := versions(t, tc)["Machine/edge/edge-abcde"]; !ok {
 			t.Error("Machine edge-abcde is not in the target")
 		}
 	})
+}
+
+// deployment reads ClusterDeployment capstan-system/name.
+func deployment(t *testing.T, c client.Client, name string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(capstanv1.GroupVersion.WithKind("ClusterDeployment"))
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: "capstan-system", Name: name}, u); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// pivotRecord reads the status.pivot of ClusterDeployment
+// capstan-system/name.
+func pivotRecord(t *testing.T, c client.Client, name string) *capstanv1.PivotStatus {
+	t.Helper()
+	cd := &capstanv1.ClusterDeployment{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(deployment(t, c, name).Object, cd); err != nil {
+		t.Fatal(err)
+	}
+	return cd.Status.Pivot
+}
+
+// patchPivotRecord merges fields into the status.pivot of
+// ClusterDeployment capstan-system/name, as a pivot stage would.
+func patchPivotRecord(t *testing.T, c client.Client, name string, fields map[string]any) {
+	t.Helper()
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"pivot": fields}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Status().Patch(t.Context(), deployment(t, c, name), client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mirrorNames are a record's mirrors as Kind/namespace/name, sorted; the
+// name rename, when given, reads as mgmt (to compare two deployments).
+func mirrorNames(st *capstanv1.PivotStatus, rename string) []string {
+	var out []string
+	for _, m := range st.Mirrors {
+		name := m.Kind + "/" + m.Namespace + "/" + m.Name
+		if rename != "" {
+			name = strings.ReplaceAll(name, rename, "mgmt")
+		}
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// clusterAbsent reports whether the cluster c reaches has no Cluster
+// name/name.
+func clusterAbsent(t *testing.T, c client.Client, name string) bool {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("cluster.x-k8s.io/v1beta2")
+	u.SetKind("Cluster")
+	err := c.Get(t.Context(), client.ObjectKey{Namespace: name, Name: name}, u)
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	return apierrors.IsNotFound(err)
 }
 
 // setMachinePhase writes a Machine's status.phase, as Cluster API would.

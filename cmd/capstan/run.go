@@ -106,6 +106,8 @@ type daemonFlags struct {
 	logFormat               string
 	webhookAddr             string
 	leader                  reconciler.LeaderElectionOptions
+	mirrorInterval          time.Duration
+	clusterName             string
 }
 
 func (f *daemonFlags) BindFlags(fs *pflag.FlagSet) {
@@ -122,6 +124,8 @@ func (f *daemonFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.leader.LeaseDuration, "leader-election-lease-duration", d.LeaderElection.LeaseDuration, "how long a standby waits after the leader's last renewal before it takes over")
 	fs.DurationVar(&f.leader.RenewDeadline, "leader-election-renew-deadline", d.LeaderElection.RenewDeadline, "how long the leader tries to renew before it stops acting and exits")
 	fs.DurationVar(&f.leader.RetryPeriod, "leader-election-retry-period", d.LeaderElection.RetryPeriod, "how often candidates try to take or renew the Lease")
+	fs.DurationVar(&f.mirrorInterval, "mirror-interval", d.Reconciler.MirrorInterval, "how often the mirrors a pivot leaves in this cluster take the status of the deployment, Clusters and Machines in the target")
+	fs.StringVar(&f.clusterName, "cluster-name", "", `this cluster's name, for people: in fencing records and on deployments it moves (default "cluster <id>")`)
 	fs.StringVar(&f.webhookAddr, "webhook-addr", "", `address of the push receiver (POST /hook/github|gitlab|gitea|generic), e.g. ":9292"; secrets come from $CAPSTAN_WEBHOOK_GITHUB_SECRET, $CAPSTAN_WEBHOOK_GITLAB_TOKEN, $CAPSTAN_WEBHOOK_GITEA_SECRET, $CAPSTAN_WEBHOOK_TOKEN`)
 }
 
@@ -129,6 +133,7 @@ func newRunCommand() *cobra.Command {
 	var cluster clusterFlags
 	var root rootFlags
 	var daemon daemonFlags
+	var self selfInstallFlags
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the daemon: reconcile every ClusterDeployment, and those committed under the root source",
@@ -153,6 +158,11 @@ func newRunCommand() *cobra.Command {
 			opts.Reconciler.WaitSlice = daemon.waitSlice
 			opts.Webhook = daemon.webhook()
 			opts.LeaderElection = daemon.leader
+			opts.Reconciler.MirrorInterval = daemon.mirrorInterval
+			opts.ClusterName = daemon.clusterName
+			if i := self.installer(root); i != nil {
+				opts.Installer = i
+			}
 			d, err := reconciler.New(opts)
 			if err != nil {
 				return err
@@ -163,6 +173,7 @@ func newRunCommand() *cobra.Command {
 	cluster.BindFlags(cmd.Flags())
 	root.BindFlags(cmd.Flags())
 	daemon.BindFlags(cmd.Flags())
+	self.BindFlags(cmd.Flags())
 	return cmd
 }
 

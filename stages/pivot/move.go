@@ -25,14 +25,6 @@ const MirrorAnnotation = "capstan.dev/mirror-of"
 // done and goes on with the stages after it.
 const ArrivedAnnotation = "capstan.dev/pivoted-from"
 
-// StepAnnotation records on the source's ClusterDeployment the last step
-// of a move done, and TargetAnnotation the target, so that a move resumes
-// after an interruption.
-const (
-	StepAnnotation   = "capstan.dev/pivot-step"
-	TargetAnnotation = "capstan.dev/pivot-target"
-)
-
 // Step is one step of a move, in the order a move takes them. Each is
 // safe to run again: a move that stopped anywhere resumes by running its
 // steps from the one recorded last, and ends as an uninterrupted one.
@@ -226,8 +218,6 @@ func (m *Mover) copy(ctx context.Context, g *Graph) error {
 			if annotations == nil {
 				annotations = map[string]string{}
 			}
-			delete(annotations, StepAnnotation)
-			delete(annotations, TargetAnnotation)
 			annotations[ArrivedAnnotation] = m.SourceName
 			created.SetAnnotations(annotations)
 		}

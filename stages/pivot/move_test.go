@@ -7,6 +7,9 @@ import (
 	"slices"
 	"testing"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/utils/ptr"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -141,6 +144,10 @@ func graphAt(t *testing.T, source, target client.Client, ns string, roots []Obje
 
 var errCrash = errors.New("crash")
 
+// testTargetID stands for the target Capstan's identity in the fencing
+// records a move hands over.
+const testTargetID = "target-id"
+
 // moveCrashingAt moves ns, crashing once when crash returns true, then
 // resuming from the last step recorded, as a restarted daemon would.
 func moveCrashingAt(t *testing.T, ns string, roots []Object, crash func(Step, Object) bool) (crashed bool) {
@@ -148,7 +155,7 @@ func moveCrashingAt(t *testing.T, ns string, roots []Object, crash func(Step, Ob
 	source, target := clients(t)
 	var last Step
 	for attempt := 0; attempt < 2; attempt++ {
-		m := &Mover{Source: source, Target: target, TargetName: "target",
+		m := &Mover{Source: source, Target: target, TargetName: "target", TargetID: testTargetID,
 			Done: func(s Step) error { last = s; return nil },
 			Touched: func(s Step, o Object) error {
 				if !crashed && crash(s, o) {
@@ -177,6 +184,17 @@ func moveCrashingAt(t *testing.T, ns string, roots []Object, crash func(Step, Ob
 func assertMoved(t *testing.T, ns string) {
 	t.Helper()
 	source, target := clients(t)
+	// Both fencing records name the target, handed over once.
+	for side, c := range map[string]client.Client{"source": source, "target": target} {
+		lease := &coordinationv1.Lease{}
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: FenceName("mgmt")}, lease); err != nil {
+			t.Errorf("fencing record in the %s: %v", side, err)
+			continue
+		}
+		if h, g := ptr.Deref(lease.Spec.HolderIdentity, ""), ptr.Deref(lease.Spec.LeaseTransitions, -1); h != testTargetID || g != 1 {
+			t.Errorf("fencing record in the %s: holder %q at handover %d; want %q at 1", side, h, g, testTargetID)
+		}
+	}
 	moved := listAll(t, target, ns)
 	byName := map[string]*unstructured.Unstructured{}
 	for _, u := range moved {

@@ -190,9 +190,9 @@ func checkServed(g *Graph, d discovery.DiscoveryInterface) []*PreflightProblem {
 		var why string
 		switch {
 		case len(served) == 0:
-			why = fmt.Sprintf("the target serves no version of %s; install the provider's CRDs there first", groupName(gvk.Group))
+			why = fmt.Sprintf("the target serves no version of %s; %s", groupName(gvk.Group), installHint(gvk.Group))
 		case !slices.Contains(served, gvk.Version):
-			why = fmt.Sprintf("the target serves %s only; install the provider's CRDs there first, in a release that serves %s", versionList(gvk.Group, served), gv)
+			why = fmt.Sprintf("the target serves %s only; %s, in a release that serves %s", versionList(gvk.Group, served), installHint(gvk.Group), gv)
 		default:
 			list, ok := resources[gv]
 			if !ok {
@@ -209,7 +209,7 @@ func checkServed(g *Graph, d discovery.DiscoveryInterface) []*PreflightProblem {
 			}) {
 				continue
 			}
-			why = fmt.Sprintf("the target serves %s, but not kind %s in it; install the provider's CRDs there first", gv, gvk.Kind)
+			why = fmt.Sprintf("the target serves %s, but not kind %s in it; %s", gv, gvk.Kind, installHint(gvk.Group))
 		}
 		problems = append(problems, &PreflightProblem{Check: PreflightKindsServed, Objects: objects,
 			Message: kindObjects(gvk, objects) + ": " + why})
@@ -396,4 +396,12 @@ func sortedNodes(g *Graph) []*Node {
 	nodes := slices.Clone(g.Nodes())
 	slices.SortFunc(nodes, func(a, b *Node) int { return cmp.Compare(a.ID().String(), b.ID().String()) })
 	return nodes
+}
+
+// installHint says how the CRDs of group get into the target.
+func installHint(group string) string {
+	if group == "capstan.dev" || strings.HasSuffix(group, ".capstan.dev") {
+		return "install Capstan's CRDs there first (a Capstan that knows its image, capstan run --image, installs them before it moves; else capstan install --kubeconfig <target>)"
+	}
+	return "install the provider's CRDs there first"
 }
