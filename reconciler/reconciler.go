@@ -23,6 +23,7 @@ import (
 	"github.com/capstan-dev/capstan/render"
 	"github.com/capstan-dev/capstan/sources"
 	"github.com/capstan-dev/capstan/stages"
+	"github.com/capstan-dev/capstan/stages/pivot"
 )
 
 // DefaultInterval is how often a deployment's source is polled when its
@@ -312,6 +313,13 @@ func (r *Reconciler) buildPlan(_ context.Context, a *attempt) (bool, error) {
 	plan, err := stages.BuildPlan(specs, a.objects)
 	if err != nil {
 		return false, stages.Stalled(fmt.Errorf("plan: %w", err))
+	}
+	if a.cd.Annotations[pivot.ArrivedAnnotation] != "" {
+		// The deployment was moved here: what served only its building
+		// from the bootstrap cluster stays there, at every revision.
+		plan.Drop(func(obj *unstructured.Unstructured) bool {
+			return obj.GetLabels()[stages.BootstrapOnlyLabel] == "true"
+		})
 	}
 	a.plan = plan
 	return false, nil

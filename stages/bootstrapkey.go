@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/capstan-dev/capstan/stages/pivot"
 	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,7 +21,7 @@ import (
 const (
 	// BootstrapKeySecret holds Capstan's bootstrap SSH key in a
 	// deployment's namespace. It is generated once and never rewritten.
-	BootstrapKeySecret = "capstan-bootstrap-key"
+	BootstrapKeySecret = pivot.BootstrapKeySecret
 	// BootstrapKeyVar is the substitution variable that carries the
 	// bootstrap key's public half into the overlay.
 	BootstrapKeyVar = "CAPSTAN_BOOTSTRAP_SSH_KEY"

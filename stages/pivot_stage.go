@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,7 +25,7 @@ import (
 // cluster from the bootstrap cluster (a provider Deployment of the
 // bootstrap, say): once the Capstan of the target has taken the
 // deployment over, the pivot stage deletes it from the bootstrap cluster.
-const BootstrapOnlyLabel = "capstan.dev/bootstrap-only"
+const BootstrapOnlyLabel = pivot.BootstrapOnlyLabel
 
 // WithHomeDiscovery gives the executor discovery of the cluster Capstan
 // runs in, which a pivot stage lists the objects to move with.
@@ -114,18 +113,6 @@ func (e *Executor) checkFence(ctx context.Context, owner Owner) error {
 	return nil
 }
 
-// phases are the phases of a move in order; the first four are the
-// Mover's steps, by the same names.
-var phases = []capstanv1.PivotPhase{
-	capstanv1.PivotPreflight, capstanv1.PivotPaused, capstanv1.PivotCopied, capstanv1.PivotUnpaused,
-	capstanv1.PivotSourceCleaned, capstanv1.PivotInstalled, capstanv1.PivotHandedOver, capstanv1.PivotCleanedUp,
-}
-
-// reached reports whether phase p is done when last is the last done.
-func reached(last, p capstanv1.PivotPhase) bool {
-	return last != "" && slices.Index(phases, last) >= slices.Index(phases, p)
-}
-
 // readDeployment reads the ClusterDeployment owner in the home cluster.
 func (e *Executor) readDeployment(ctx context.Context, owner Owner) (*capstanv1.ClusterDeployment, error) {
 	return readDeployment(ctx, e.home, owner)
@@ -176,14 +163,14 @@ func (e *Executor) pivotStage(ctx context.Context, stage *Stage, owner Owner) Re
 	if st != nil {
 		last = st.Phase
 	}
-	if reached(last, capstanv1.PivotInstalled) {
+	if last.Reached(capstanv1.PivotInstalled) {
 		res.Applied = true
 		res.Message = "moved into " + e.cluster.Name()
 		return res
 	}
 	// Until the fencing record goes to the target, this Capstan must own
 	// the deployment here; after, the move is the only writer it allows.
-	if !reached(last, capstanv1.PivotUnpaused) {
+	if !last.Reached(capstanv1.PivotUnpaused) {
 		if err := e.checkFence(ctx, owner); err != nil {
 			return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
 		}
@@ -204,7 +191,7 @@ func (e *Executor) pivotStage(ctx context.Context, stage *Stage, owner Owner) Re
 		}
 	}
 
-	if !reached(last, capstanv1.PivotSourceCleaned) {
+	if !last.Reached(capstanv1.PivotSourceCleaned) {
 		n, mirrors, err := e.move(ctx, stage, owner, cd, last, targetID, targetDisco.Discovery())
 		if err != nil {
 			return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
@@ -239,7 +226,7 @@ func (e *Executor) move(ctx context.Context, stage *Stage, owner Owner, cd *caps
 	targetID string, targetDisco discovery.DiscoveryInterface) (int, []capstanv1.ObjectReference, error) {
 	// Up to the copy the source holds everything; after it, the target.
 	from, disco := e.home, e.homeDiscovery
-	if reached(last, capstanv1.PivotCopied) {
+	if last.Reached(capstanv1.PivotCopied) {
 		from, disco = e.client, targetDisco
 	}
 	all, roots, err := pivot.Discover(ctx, from, disco, owner.Namespace, owner.Name)
@@ -278,10 +265,13 @@ func (e *Executor) move(ctx context.Context, stage *Stage, owner Owner, cd *caps
 		last = capstanv1.PivotPreflight
 	}
 	// The Secret the target is reached through stays: the mirrors' status
-	// is refreshed through it.
+	// is refreshed through it. So does a copy of the bootstrap key: the
+	// walk here renders with it until the handover, and must not make a
+	// new one that no machine holds.
 	kubeconfig := e.cluster.Name()
 	mirror := func(o pivot.Object) bool {
-		return pivot.IsMirror(o) || (o.Kind == "Secret" && "Secret "+o.Namespace+"/"+o.Name == kubeconfig)
+		return pivot.IsMirror(o) || (o.Kind == "Secret" && "Secret "+o.Namespace+"/"+o.Name == kubeconfig) ||
+			(o.Kind == "Secret" && o.Namespace == owner.Namespace && o.Name == pivot.BootstrapKeySecret)
 	}
 	var mirrors []capstanv1.ObjectReference
 	for _, n := range g.Nodes() {
@@ -328,11 +318,11 @@ func (e *Executor) pivotWait(ctx context.Context, stage *Stage, owner Owner) Res
 		return e.takeOver(ctx, stage, owner, cd, from)
 	}
 	st := cd.Status.Pivot
-	if st == nil || !reached(st.Phase, capstanv1.PivotInstalled) {
+	if st == nil || !st.Phase.Reached(capstanv1.PivotInstalled) {
 		// The acting part did not finish: another attempt resumes it.
 		return failed(res, fmt.Errorf("stage %s: the move stopped after phase %q; resuming", stage.Name, phaseOf(st)))
 	}
-	if !reached(st.Phase, capstanv1.PivotHandedOver) {
+	if !st.Phase.Reached(capstanv1.PivotHandedOver) {
 		msg, ok, err := e.handedOver(ctx, stage, owner, st)
 		for !ok && err == nil {
 			select {
@@ -350,7 +340,7 @@ func (e *Executor) pivotWait(ctx context.Context, stage *Stage, owner Owner) Res
 			return failed(res, err)
 		}
 	}
-	if !reached(st.Phase, capstanv1.PivotCleanedUp) {
+	if !st.Phase.Reached(capstanv1.PivotCleanedUp) {
 		left, err := e.cleanUpBootstrap(ctx, stage)
 		for len(left) > 0 && err == nil {
 			select {

@@ -43,6 +43,19 @@ func (p *Plan) Names() []string {
 	return names
 }
 
+// Drop removes the objects drop selects from every stage: the stage
+// applies, scales or waits for the others. A deployment that moved out of
+// its bootstrap cluster drops the objects that serve only the bootstrap.
+func (p *Plan) Drop(drop func(*unstructured.Unstructured) bool) {
+	for i := range p.Stages {
+		st := &p.Stages[i]
+		st.Objects = slices.DeleteFunc(st.Objects, drop)
+		if st.PlanObjects != nil {
+			st.PlanObjects = slices.DeleteFunc(slices.Clone(st.PlanObjects), drop)
+		}
+	}
+}
+
 // BuildPlan assigns the rendered objects to the given stages. Objects of an
 // apply stage are the ones labelled or annotated with its name plus the ones
 // its selector matches first; a wait stage checks the objects its selector

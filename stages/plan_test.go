@@ -406,3 +406,27 @@ func errorCount(err error) int {
 	}
 	return 1
 }
+
+func TestPlanDropLeavesTheRest(t *testing.T) {
+	bootstrapOnly := func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{stages.BootstrapOnlyLabel: "true"}) }
+	keep := object("v1", "ConfigMap", "ns", "keep", labelled(stages.StageKey, "Apply"))
+	drop := object("apps/v1", "Deployment", "ns", "bootstrap-provider", bootstrapOnly, labelled(stages.StageKey, "Apply"))
+	plan, err := stages.BuildPlan([]capstanv1.StageSpec{
+		{Name: "Apply"},
+		{Name: "Scale", Action: capstanv1.StageActionScale, Scale: &capstanv1.ScaleSpec{Replicas: 1}, Select: capstanv1.Selector{Kinds: []string{"apps/Deployment"}}},
+		{Name: "Pivot", Action: capstanv1.StageActionPivot},
+	}, []*unstructured.Unstructured{keep, drop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan.Drop(func(u *unstructured.Unstructured) bool { return u.GetLabels()[stages.BootstrapOnlyLabel] == "true" })
+	if got := plan.Stages[0].Objects; len(got) != 1 || got[0] != keep {
+		t.Errorf("Apply after Drop: %d objects, want only the ConfigMap", len(got))
+	}
+	if got := plan.Stages[1].Objects; len(got) != 0 {
+		t.Errorf("Scale after Drop: %d objects, want none", len(got))
+	}
+	if got := plan.Stages[2].PlanObjects; len(got) != 1 || got[0] != keep {
+		t.Errorf("Pivot's plan objects after Drop: %d, want only the ConfigMap", len(got))
+	}
+}

@@ -79,8 +79,8 @@ func TestBuiltInProfilesOrderAndChecks(t *testing.T) {
 		"bootstrap": {
 			"ProxySettingsHandled(validate)", "ClusterSSHConfigured(apply)", "ProviderUpdatedInBootstrap(apply)",
 			"ProviderEnabledInBootstrap(scale)", "NodesReady(apply)", "ObjectsCreated(apply)",
-			"ProviderConfigured(wait)", "HelmBundleReady(apply)", "ControllersDisabledBeforePivot(scale)",
-			"PivotDone(pivot)", "ControllersEnabledAfterPivot(scale)", "MachinesLCMAgentUpdated(apply)",
+			"ProviderConfigured(apply)", "HelmBundleReady(apply)", "ControllersDisabledBeforePivot(scale)",
+			"PivotDone(pivot)", "ControllersEnabledAfterPivot(scale)", "MachinesLCMAgentUpdated(rollout)",
 			"HelmControllerDisabledBeforeConfig(scale)", "HelmControllerConfigUpdated(apply)", "ClusterReady(wait)",
 		},
 	}
@@ -150,62 +150,6 @@ func TestCAPM3PlanPlacesEveryObject(t *testing.T) {
 		"ClusterReady":      {"Cluster/mgmt"},
 	}
 	sort.Strings(want["HostsRegistered"])
-	comparePlans(t, plannedObjects(plan), want)
-}
-
-// TestBootstrapPlanPlacesEveryObject: the same cluster plus the objects the
-// bootstrap profile finds by label.
-func TestBootstrapPlanPlacesEveryObject(t *testing.T) {
-	component := func(v string) func(*unstructured.Unstructured) { return labelled("capstan.dev/component", v) }
-	objs := append(loadObjects(t, capm3Fixture, "mgmt"),
-		object("v1", "Namespace", "", "mgmt"),
-		object("apps/v1", "Deployment", "capi-system", "capi-controller-manager", component("provider")),
-		object("v1", "ConfigMap", "capi-system", "capi-settings", component("provider")),
-		object("v1", "Namespace", "", "tenant-a", component("cluster-objects")),
-		object("v1", "Secret", "tenant-a", "iam", component("cluster-objects")),
-		object("apps/v1", "Deployment", "helm", "helm-controller", component("helm-controller")),
-		object("v1", "ConfigMap", "helm", "helm-controller-config", component("helm-controller-config")),
-		object("lcm.capstan.dev/v1alpha1", "LCMCluster", "mgmt", "mgmt"),
-		object("lcm.capstan.dev/v1alpha1", "LCMMachine", "mgmt", "mgmt-cp-0"),
-	)
-	plan, err := stages.BuildPlan(mustProfile(t, "bootstrap").Stages, objs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var secrets []string
-	for _, o := range hostsAndSecrets() {
-		if strings.HasPrefix(o, "Secret/") {
-			secrets = append(secrets, o)
-		}
-	}
-	provider := []string{"Deployment/capi-controller-manager"}
-	want := map[string][]string{
-		"ProxySettingsHandled":               {"Cluster/mgmt", "ConfigMap/capi-settings", "ConfigMap/helm-controller-config", "IPPool/mgmt-provisioning"},
-		"ClusterSSHConfigured":               append([]string{"Namespace/mgmt"}, secrets...),
-		"ProviderUpdatedInBootstrap":         {"ConfigMap/capi-settings", "Deployment/capi-controller-manager"},
-		"ProviderEnabledInBootstrap":         provider,
-		"ObjectsCreated":                     {"Namespace/tenant-a", "Secret/iam"},
-		"ProviderConfigured":                 provider,
-		"HelmBundleReady":                    {"Deployment/helm-controller"},
-		"ControllersDisabledBeforePivot":     provider,
-		"PivotDone":                          {"Cluster/mgmt"},
-		"ControllersEnabledAfterPivot":       provider,
-		"MachinesLCMAgentUpdated":            {"LCMCluster/mgmt", "LCMMachine/mgmt-cp-0"},
-		"HelmControllerDisabledBeforeConfig": {"Deployment/helm-controller"},
-		"HelmControllerConfigUpdated":        {"ConfigMap/helm-controller-config"},
-		"ClusterReady":                       {"Cluster/mgmt", "Deployment/capi-controller-manager", "Deployment/helm-controller"},
-	}
-	for _, o := range hostsAndSecrets() {
-		if strings.HasPrefix(o, "BareMetalHost/") {
-			want["NodesReady"] = append(want["NodesReady"], o)
-		}
-	}
-	want["NodesReady"] = append(want["NodesReady"], "Cluster/mgmt", "IPPool/mgmt-provisioning", "KubeadmConfigTemplate/mgmt-workers",
-		"KubeadmControlPlane/mgmt", "MachineDeployment/mgmt-workers", "Metal3Cluster/mgmt", "Metal3DataTemplate/mgmt-nodes",
-		"Metal3MachineTemplate/mgmt-controlplane", "Metal3MachineTemplate/mgmt-workers")
-	for _, v := range want {
-		sort.Strings(v)
-	}
 	comparePlans(t, plannedObjects(plan), want)
 }
 

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"slices"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -514,6 +516,21 @@ const (
 	// from the source; the move is complete.
 	PivotCleanedUp PivotPhase = "Cleanup"
 )
+
+// PivotPhases are the phases of a move, in order.
+var PivotPhases = []PivotPhase{
+	PivotPreflight, PivotPaused, PivotCopied, PivotUnpaused,
+	PivotSourceCleaned, PivotInstalled, PivotHandedOver, PivotCleanedUp,
+}
+
+// Reached reports whether phase p is done when last is the last phase
+// done ("" before the first).
+func (last PivotPhase) Reached(p PivotPhase) bool {
+	if last == "" {
+		return false
+	}
+	return slices.Index(PivotPhases, last) >= slices.Index(PivotPhases, p)
+}
 
 // PivotStatus is the record of a move.
 type PivotStatus struct {

@@ -45,6 +45,7 @@ type devFlags struct {
 	verbose       bool
 	simSpeed      float64
 	providers     string
+	scenario      string
 }
 
 func newDevCommand() *cobra.Command {
@@ -64,9 +65,13 @@ everything and removes what it started.
 Run it from a checkout of the Capstan repository.`,
 		Example: `  capstan dev                                   # watch examples/clusters/mgmt reach Ready, then keep running
   capstan dev --dir examples                    # read examples/ in place: an edit shows up within a second
-  capstan dev --exit-when-ready --timeout 10m   # scripted smoke test: exit 0 once Ready`,
+  capstan dev --exit-when-ready --timeout 10m   # scripted smoke test: exit 0 once Ready
+  capstan dev --scenario bootstrap              # examples/clusters/bootstrap: 15 stages through a real pivot into a second control plane`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.scenario == scenarioBootstrap && !cmd.Flags().Changed("path") {
+				f.path = bootstrapPath
+			}
 			return runDev(cmd.Context(), cmd.OutOrStdout(), f)
 		},
 	}
@@ -78,6 +83,7 @@ Run it from a checkout of the Capstan repository.`,
 	fs.DurationVar(&f.timeout, "timeout", 15*time.Minute, "with --exit-when-ready, how long to wait for Ready (not counting the first build of the control plane)")
 	fs.BoolVar(&f.verbose, "verbose", false, "also print what the simulator does and the daemon's logs")
 	fs.Float64Var(&f.simSpeed, "sim-speed", 1, "speed-up of the simulated providers (10 = ten times faster than the demo pace)")
+	fs.StringVar(&f.scenario, "scenario", scenarioMgmt, "what to run: mgmt (one control plane, the clusters under --path) or bootstrap (a bootstrap control plane and the one it builds, examples/clusters/bootstrap walked through a real pivot by two daemons)")
 	fs.StringVar(&f.providers, "providers", providersSim, "who builds the clusters: sim (the simulator, fast) or real (Cluster API, CAPM3, IPAM and the BareMetal Operator built from their modules, with BMO's demo hardware and fake workload clusters; docs/providers.md)")
 	return cmd
 }
@@ -91,6 +97,16 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	}
 	if f.simSpeed <= 0 {
 		return fmt.Errorf("--sim-speed %g: want a positive factor (1 is the demo pace, 10 ten times faster, 0.5 half as fast)", f.simSpeed)
+	}
+	switch f.scenario {
+	case scenarioMgmt:
+	case scenarioBootstrap:
+		if f.providers != providersSim {
+			return fmt.Errorf("--scenario bootstrap runs on the simulated providers only: they write the new cluster's kubeconfig Secret pointing at the second control plane; drop --providers %s", f.providers)
+		}
+		return runDevBootstrap(ctx, out, f)
+	default:
+		return fmt.Errorf("--scenario %q: want %s or %s", f.scenario, scenarioMgmt, scenarioBootstrap)
 	}
 	begin := time.Now()
 	p := &devPrinter{out: out, begin: begin}
@@ -512,6 +528,10 @@ func (p *devPrinter) transitions(prefix string, cd *capstanv1.ClusterDeployment,
 	}
 	for _, st := range cd.Status.Stages {
 		key := string(st.State) + "\x00" + st.Message
+		if st.State == capstanv1.StageReady {
+			// Once Ready, a new message is no new transition.
+			key = string(st.State)
+		}
 		if seen[st.Name] == key || st.State == capstanv1.StagePending {
 			continue
 		}

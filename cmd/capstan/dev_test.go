@@ -15,3 +15,24 @@ func TestDevRefusesBadSimSpeed(t *testing.T) {
 		}
 	}
 }
+
+// A scenario other than mgmt and bootstrap, and the bootstrap scenario on
+// the real providers (which cannot write a kubeconfig pointing at the
+// second control plane), are refused before anything starts.
+func TestDevRefusesBadScenario(t *testing.T) {
+	cases := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"dev", "--scenario", "pivot"}, []string{"--scenario", `"pivot"`, "mgmt", "bootstrap"}},
+		{[]string{"dev", "--scenario", "bootstrap", "--providers", "real"}, []string{"--scenario bootstrap", "simulated", "--providers real"}},
+	}
+	for _, tc := range cases {
+		_, err := runCLI(t, tc.args...)
+		for _, w := range tc.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%v = %v, want an error saying %q", tc.args, err, w)
+			}
+		}
+	}
+}

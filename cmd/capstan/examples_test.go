@@ -1,11 +1,18 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/stages"
 )
 
 // Every ClusterDeployment of examples/ renders into its stages, and the
@@ -13,8 +20,8 @@ import (
 // capm3 stage that builds it.
 func TestExamplesRender(t *testing.T) {
 	files, err := filepath.Glob("../../examples/clusters/*/*clusterdeployment.yaml")
-	if err != nil || len(files) < 4 {
-		t.Fatalf("example ClusterDeployments = %v (%v), want demo, mgmt, mgmt-lcm and workload-east", files, err)
+	if err != nil || len(files) < 5 {
+		t.Fatalf("example ClusterDeployments = %v (%v), want bootstrap, demo, mgmt, mgmt-lcm and workload-east", files, err)
 	}
 	header := regexp.MustCompile(`(?m)^# stage (\S+) \((\w+), (\d+) objects?\)$`)
 	for _, file := range files {
@@ -28,6 +35,9 @@ func TestExamplesRender(t *testing.T) {
 			}
 			if strings.Contains(out, "${") {
 				t.Errorf("render %s left a ${VAR} unsubstituted:\n%s", file, out)
+			}
+			if out, err := runCLI(t, "validate", "--root", "../../examples", "-f", file); err != nil {
+				t.Errorf("validate %s: %v\n%s", file, err, out)
 			}
 		})
 	}
@@ -72,4 +82,87 @@ func TestExamplesRender(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The bootstrap example puts every object in the bootstrap profile's
+// stage for it, and labels an object with every component the profile
+// selects: no stage of the fifteen is empty where seed 000 does something.
+func TestBootstrapExample(t *testing.T) {
+	out, err := runCLI(t, "render", "--root", "../../examples", "-o", "json", "-f", "../../examples/clusters/bootstrap/clusterdeployment.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []struct {
+		Name    string           `json:"name"`
+		Action  string           `json:"action"`
+		Objects []map[string]any `json:"objects"`
+	}
+	if err := json.Unmarshal([]byte(out), &plan); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	labels := map[string]bool{}
+	for _, s := range plan {
+		got[s.Name] = len(s.Objects)
+		for _, o := range s.Objects {
+			u := unstructured.Unstructured{Object: o}
+			if c := u.GetLabels()["capstan.dev/component"]; c != "" {
+				labels[c] = true
+			}
+		}
+	}
+	want := map[string]int{
+		"ProxySettingsHandled":               6,  // reads the network ConfigMap, the Cluster, the IPPool (and every ConfigMap)
+		"ClusterSSHConfigured":               6,  // namespace central, 5 BMC Secrets
+		"ProviderUpdatedInBootstrap":         8,  // namespace, settings, 6 controllers
+		"ProviderEnabledInBootstrap":         6,  // the 6 controllers
+		"NodesReady":                         21, // 5 hosts, network ConfigMap, 9 Cluster API and Metal3 objects, LCMCluster, 5 LCMMachines
+		"ObjectsCreated":                     4,  // 3 namespaces, the IAM Secret
+		"ProviderConfigured":                 1,
+		"HelmBundleReady":                    7, // the new cluster's 6 controllers, the helm-controller
+		"ControllersDisabledBeforePivot":     6,
+		"PivotDone":                          1,
+		"ControllersEnabledAfterPivot":       6,
+		"MachinesLCMAgentUpdated":            6,
+		"HelmControllerDisabledBeforeConfig": 1,
+		"HelmControllerConfigUpdated":        1,
+		"ClusterReady":                       8, // the Cluster, the new cluster's 7 Deployments
+	}
+	for stage, n := range want {
+		if got[stage] != n {
+			t.Errorf("stage %s has %d objects, want %d", stage, got[stage], n)
+		}
+	}
+	if len(plan) != 15 {
+		t.Errorf("%d stages, want the bootstrap profile's 15", len(plan))
+	}
+	profile, err := stages.LoadProfile("bootstrap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range profile.Stages {
+		for _, c := range profileComponents(s.Select) {
+			if !labels[c] {
+				t.Errorf("stage %s selects capstan.dev/component %s, which no object of the example carries", s.Name, c)
+			}
+		}
+	}
+}
+
+// profileComponents lists the capstan.dev/component values a selector
+// asks for (matchLabels, In), not those it excludes.
+func profileComponents(sel capstanv1.Selector) []string {
+	if sel.LabelSelector == nil {
+		return nil
+	}
+	var out []string
+	if v, ok := sel.LabelSelector.MatchLabels["capstan.dev/component"]; ok {
+		out = append(out, v)
+	}
+	for _, e := range sel.LabelSelector.MatchExpressions {
+		if e.Key == "capstan.dev/component" && e.Operator == metav1.LabelSelectorOpIn {
+			out = append(out, e.Values...)
+		}
+	}
+	return out
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -25,20 +24,6 @@ import (
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/stages/pivot"
 )
-
-// pivotPhases are the phases of a move in order, as the pivot stage
-// records them in status.pivot (stages/pivot_stage.go): the four after
-// Preflight are the Mover's steps, by the same names. A move by hand
-// stops after CleanSource; the Capstan started in the target goes on.
-var pivotPhases = []capstanv1.PivotPhase{
-	capstanv1.PivotPreflight, capstanv1.PivotPaused, capstanv1.PivotCopied, capstanv1.PivotUnpaused,
-	capstanv1.PivotSourceCleaned, capstanv1.PivotInstalled, capstanv1.PivotHandedOver, capstanv1.PivotCleanedUp,
-}
-
-// pivotReached reports whether phase p is done when last is the last done.
-func pivotReached(last, p capstanv1.PivotPhase) bool {
-	return last != "" && slices.Index(pivotPhases, last) >= slices.Index(pivotPhases, p)
-}
 
 type pivotFlags struct {
 	source    clusterFlags
@@ -173,7 +158,7 @@ func movePivot(ctx context.Context, out io.Writer, f pivotFlags, name string, in
 	if err := checkRecordedMove(st, f.namespace, name, to); err != nil {
 		return err
 	}
-	if pivotReached(last, capstanv1.PivotSourceCleaned) {
+	if last.Reached(capstanv1.PivotSourceCleaned) {
 		fmt.Fprintf(out, "ClusterDeployment %s/%s was moved into %s already (phase %s done): the move is complete\n", f.namespace, name, to, last)
 		if last == capstanv1.PivotSourceCleaned {
 			printPivotNext(out, f)
@@ -183,7 +168,7 @@ func movePivot(ctx context.Context, out io.Writer, f pivotFlags, name string, in
 
 	// Up to the copy the source holds everything; after it, the target.
 	in := source
-	if pivotReached(last, capstanv1.PivotCopied) {
+	if last.Reached(capstanv1.PivotCopied) {
 		in = target
 	}
 	all, roots, err := pivot.Discover(ctx, in.client, in.disco, f.namespace, name)
@@ -284,7 +269,7 @@ func checkRecordedMove(st *capstanv1.PivotStatus, namespace, name, target string
 	if st.Stage != "" {
 		by = " by stage " + st.Stage
 	}
-	if pivotReached(st.Phase, capstanv1.PivotSourceCleaned) {
+	if st.Phase.Reached(capstanv1.PivotSourceCleaned) {
 		return fmt.Errorf("ClusterDeployment %s/%s was moved into %s already%s (phase %s done), not %s: it lives there now; move it from there",
 			namespace, name, st.Target, by, st.Phase, target)
 	}

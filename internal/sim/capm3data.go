@@ -268,30 +268,41 @@ func addPoolData(tmpl *unstructured.Unstructured, addrs map[string]*unstructured
 // Secret already there is kept, as CAPM3 and the kubeadm bootstrap
 // provider keep it to re-provision a node the same way.
 func (p *pass) createSecret(controller string, owner *unstructured.Unstructured, name, typ string, content map[string]any) error {
-	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: owner.GetNamespace(), Labels: clusterLabels(owner),
-			OwnerReferences: []metav1.OwnerReference{ownerRef(owner, true)},
-		},
-		Type: corev1.SecretType(typ),
-		Data: map[string][]byte{},
-	}
+	data := map[string][]byte{}
 	for k, v := range content {
 		if b, ok := v.([]byte); ok {
-			s.Data[k] = b
+			data[k] = b
 			continue
 		}
 		b, err := yaml.Marshal(v)
 		if err != nil {
-			return fmt.Errorf("render Secret %s/%s: %w", s.Namespace, name, err)
+			return fmt.Errorf("render Secret %s/%s: %w", owner.GetNamespace(), name, err)
 		}
-		s.Data[k] = b
+		data[k] = b
+	}
+	_, err := p.createSecretFor(controller, owner, name, typ, clusterLabels(owner), data)
+	return err
+}
+
+// createSecretFor creates Secret name in owner's namespace, controlled by
+// owner, unless it exists; it reports whether it created it.
+func (p *pass) createSecretFor(controller string, owner *unstructured.Unstructured, name, typ string, labels map[string]string, data map[string][]byte) (bool, error) {
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: owner.GetNamespace(), Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{ownerRef(owner, true)},
+		},
+		Type: corev1.SecretType(typ),
+		Data: data,
 	}
 	err := p.s.api.Create(p.ctx, s, client.FieldOwner(fieldManager(controller)))
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create Secret %s/%s: %w", s.Namespace, name, err)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("create Secret %s/%s: %w", s.Namespace, name, err)
 	}
-	return nil
+	return true, nil
 }
 
 // deleteSecret deletes a Secret the simulator rendered.

@@ -26,6 +26,9 @@ func (p *pass) reconcileControlPlanes() error {
 		if cluster != nil && clusterPaused(cluster) {
 			continue
 		}
+		if err := p.writeKubeconfig(kcp, cluster); err != nil {
+			errs = append(errs, err)
+		}
 		if err := p.scaleControlPlane(kcp, cluster); err != nil {
 			errs = append(errs, err)
 		}

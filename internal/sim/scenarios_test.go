@@ -56,6 +56,7 @@ func testClusterReadyInSeedOrder(t *testing.T, env *testenv.Env) {
 	}
 	assertProviderIDs(t, f, 5)
 	assertPoolAllocations(t, f, 5)
+	assertNoKubeconfig(t, f, "demo")
 
 	want := "BareMetalHost " + f.ns + "/node-0: preparing -> available"
 	if !strings.Contains(events.String(), want) {

@@ -52,6 +52,14 @@ type Options struct {
 
 	// Workers is how many namespaces are simulated at once. Zero means 2.
 	Workers int
+
+	// Kubeconfig, when set, makes the simulated KubeadmControlPlane
+	// controller write each Cluster's kubeconfig Secret,
+	// <cluster>-kubeconfig, with what it returns for the Cluster (nil: no
+	// Secret), as Cluster API does once the Cluster's endpoint is known.
+	// A test points it at a second control plane that stands for the
+	// workload cluster. Unset, no kubeconfig Secret is written.
+	Kubeconfig KubeconfigFunc
 }
 
 // DefaultOptions returns options for `capstan dev`: every namespace, demo

@@ -31,7 +31,7 @@ import (
 // TestSimulator runs the simulator against a real API server with the
 // real Cluster API and Metal3 CRDs, one namespace per subtest: a cluster
 // built in seed 002's order until every capm3 stage is ready, the two
-// faults, an upgrade and a scale down.
+// faults, an upgrade and a scale down, and the kubeconfig Secret.
 func TestSimulator(t *testing.T) {
 	env := sharedEnv(t)
 	t.Run("ClusterReadyInSeedOrder", func(t *testing.T) { testClusterReadyInSeedOrder(t, env) })
@@ -41,6 +41,7 @@ func TestSimulator(t *testing.T) {
 	t.Run("ScaleDownReleasesHost", func(t *testing.T) { testScaleDown(t, env) })
 	t.Run("ExecutorWalksCAPM3Plan", func(t *testing.T) { testExecutorWalk(t, env) })
 	t.Run("ClusterDeletionFreesHosts", func(t *testing.T) { testClusterDeletion(t, env) })
+	t.Run("KubeconfigSecret", func(t *testing.T) { testKubeconfigSecret(t, env) })
 }
 
 // simFixture is one test's namespace holding testdata/cluster.yaml, a
@@ -259,6 +260,19 @@ func (l *eventLog) add(e Event) {
 	l.mu.Lock()
 	l.events = append(l.events, e)
 	l.mu.Unlock()
+}
+
+// count is how many events say msg.
+func (l *eventLog) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.events {
+		if e.Message == msg {
+			n++
+		}
+	}
+	return n
 }
 
 func (l *eventLog) String() string {

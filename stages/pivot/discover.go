@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
@@ -59,6 +60,31 @@ func movableKinds(d discovery.DiscoveryInterface) ([]schema.GroupVersionKind, er
 	return kinds, nil
 }
 
+// listConcurrency is how many kinds are listed at once: an API server
+// answers the first request for each custom resource kind slowly (about
+// a second on a fresh one), and a Metal3 cluster has forty kinds.
+const listConcurrency = 8
+
+// listKinds lists every kind of kinds with opts, at most listConcurrency
+// at once, and returns the lists in the order of kinds.
+func listKinds(ctx context.Context, c client.Client, kinds []schema.GroupVersionKind, opts ...client.ListOption) ([]*unstructured.UnstructuredList, error) {
+	lists := make([]*unstructured.UnstructuredList, len(kinds))
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(listConcurrency)
+	for i, gvk := range kinds {
+		g.Go(func() error {
+			list := &unstructured.UnstructuredList{}
+			list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+			if err := c.List(ctx, list, opts...); err != nil {
+				return fmt.Errorf("list %s: %w", gvk.Kind, err)
+			}
+			lists[i] = list
+			return nil
+		})
+	}
+	return lists, g.Wait()
+}
+
 // List returns every movable object of the namespaces: what BuildGraph
 // chooses from.
 func List(ctx context.Context, c client.Client, d discovery.DiscoveryInterface, namespaces []string) ([]*unstructured.Unstructured, error) {
@@ -69,13 +95,12 @@ func List(ctx context.Context, c client.Client, d discovery.DiscoveryInterface, 
 	var out []*unstructured.Unstructured
 	var errs []error
 	for _, ns := range namespaces {
-		for _, gvk := range kinds {
-			list := &unstructured.UnstructuredList{}
-			list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-			if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
-				errs = append(errs, fmt.Errorf("list %s in %s: %w", gvk.Kind, ns, err))
-				continue
-			}
+		lists, err := listKinds(ctx, c, kinds, client.InNamespace(ns))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("in %s: %w", ns, err))
+			continue
+		}
+		for _, list := range lists {
 			for i := range list.Items {
 				out = append(out, &list.Items[i])
 			}
@@ -94,12 +119,11 @@ func Discover(ctx context.Context, c client.Client, d discovery.DiscoveryInterfa
 	}
 	namespaces := []string{namespace}
 	selector := client.MatchingLabels{appliedByName: name, appliedByNamespace: namespace}
-	for _, gvk := range kinds {
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		if err := c.List(ctx, list, selector); err != nil {
-			return nil, nil, fmt.Errorf("list the %s objects of ClusterDeployment %s/%s: %w", gvk.Kind, namespace, name, err)
-		}
+	lists, err := listKinds(ctx, c, kinds, selector)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list the objects of ClusterDeployment %s/%s: %w", namespace, name, err)
+	}
+	for _, list := range lists {
 		for _, u := range list.Items {
 			if !slices.Contains(namespaces, u.GetNamespace()) {
 				namespaces = append(namespaces, u.GetNamespace())

@@ -97,7 +97,9 @@ func BuildGraph(all []*unstructured.Unstructured, roots []Object) (*Graph, error
 	var errs []error
 	var queue []*Node
 	add := func(u *unstructured.Unstructured, why string) {
-		if _, ok := g.byUID[u.GetUID()]; ok {
+		if _, ok := g.byUID[u.GetUID()]; ok || u.GetLabels()[BootstrapOnlyLabel] == "true" {
+			// Bootstrap-only objects stay: they serve the building
+			// from the bootstrap, which deletes them after the handover.
 			return
 		}
 		n := &Node{Object: u, Why: why}
@@ -126,6 +128,14 @@ func BuildGraph(all []*unstructured.Unstructured, roots []Object) (*Graph, error
 		if id.Kind == "Cluster" && isClusterAPI(id.APIVersion) {
 			for _, u := range labelled[[2]string{id.Namespace, id.Name}] {
 				add(u, "labelled "+ClusterNameLabel+"="+id.Name)
+			}
+		}
+		if id.Kind == "ClusterDeployment" {
+			// The key Capstan generated for the deployment's machines
+			// (a bootstrapKey stage) goes with it: the target's Capstan
+			// would make a new one that no machine holds.
+			if u, ok := index[identity(Object{APIVersion: "v1", Kind: "Secret", Namespace: id.Namespace, Name: BootstrapKeySecret})]; ok {
+				add(u, "the bootstrap key of "+id.String())
 			}
 		}
 		for _, ref := range secretRefs(n.Object) {
@@ -157,6 +167,15 @@ func identity(o Object) Object {
 	}
 	return Object{APIVersion: group, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name}
 }
+
+// BootstrapOnlyLabel marks an object that serves only the building of a
+// cluster from the bootstrap cluster: it never moves, and a pivot stage
+// deletes it from the bootstrap once the target's Capstan took over.
+const BootstrapOnlyLabel = "capstan.dev/bootstrap-only"
+
+// BootstrapKeySecret is the Secret in a deployment's namespace holding the
+// SSH key Capstan generated for its machines (stages.BootstrapKeySecret).
+const BootstrapKeySecret = "capstan-bootstrap-key"
 
 func isClusterAPI(apiVersion string) bool {
 	return strings.HasPrefix(apiVersion, "cluster.x-k8s.io/")

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -235,9 +236,7 @@ func (m *Mover) copy(ctx context.Context, g *Graph) error {
 		}
 		uids[src.GetUID()] = created.GetUID()
 		if hasStatus {
-			created.Object["status"] = status
-			// Kinds without a status subresource kept it on create.
-			if err := m.Target.Status().Update(ctx, created); err != nil && !apierrors.IsNotFound(err) {
+			if err := copyStatus(ctx, m.Target, created, status); err != nil {
 				return fmt.Errorf("copy the status of %s: %w", ObjectOf(src), err)
 			}
 		}
@@ -246,6 +245,27 @@ func (m *Mover) copy(ctx context.Context, g *Graph) error {
 		}
 	}
 	return nil
+}
+
+// copyStatus writes status onto the object just created in the target. A
+// controller there may write its own first (Cluster API marks a paused
+// Cluster Paused): the copy is retried on the object read again, and
+// wins, since it is what the source's controllers observed.
+func copyStatus(ctx context.Context, c client.Client, created *unstructured.Unstructured, status any) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		created.Object["status"] = status
+		err := c.Status().Update(ctx, created)
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+			// Kinds without a status subresource kept it on create.
+			return nil
+		case apierrors.IsConflict(err):
+			if gerr := c.Get(ctx, client.ObjectKeyFromObject(created), created); gerr != nil {
+				return gerr
+			}
+		}
+		return err
+	})
 }
 
 // fresh reads the object again: the graph was built before the pause.
