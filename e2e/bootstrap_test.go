@@ -231,6 +231,12 @@ func TestBootstrapProfileFullFlow(t *testing.T) {
 	})
 	t.Logf("bootstrap: stages 1-8 Ready %s after create (%s)", time.Since(created).Round(time.Millisecond), stageDurations(cd))
 	b.assertAppliedIntoTarget(t)
+	// The key the machines got, which must go with the deployment.
+	key := &corev1.Secret{}
+	if err := b.bootstrap.Get(context.Background(), client.ObjectKey{Namespace: b.ns, Name: stages.BootstrapKeySecret}, key); err != nil {
+		t.Fatalf("the bootstrap key: %v", err)
+	}
+	public := strings.TrimSpace(string(key.Data["ssh-publickey"]))
 	if w := targetWrites.snapshot(); len(w) != 0 {
 		t.Errorf("the target's Capstan wrote before the deployment arrived: %v", w)
 	}
@@ -272,7 +278,7 @@ func TestBootstrapProfileFullFlow(t *testing.T) {
 	b.assertNotWalkedAgain(t, mirror, done)
 	b.assertMovedOnce(t, mirror)
 	b.assertOnlyMirrorsLeft(t)
-	b.assertBootstrapKeyMoved(t)
+	b.assertBootstrapKeyMoved(t, public)
 }
 
 // waitOrReport is waitDeployment that reports a timeout as an error and
@@ -450,11 +456,9 @@ func (b *bootstrapCluster) isMirror(o pivot.Object) bool {
 	case o.Kind == "Cluster" || o.Kind == "Machine":
 		return strings.HasPrefix(o.APIVersion, "cluster.x-k8s.io/")
 	case o.Kind == "Secret":
-		// The target's kubeconfig, to mirror through; the bootstrap key,
-		// which the bootstrap's Capstan still renders with until the
-		// handover (the same key, not a new one).
-		return (o.Namespace == b.clusterNS && o.Name == sim.KubeconfigSecretName(cluster)) ||
-			(o.Namespace == b.ns && o.Name == pivot.BootstrapKeySecret)
+		// The target's kubeconfig, to mirror through. (The bootstrap key
+		// and the source's credentials are held until the cleanup only.)
+		return o.Namespace == b.clusterNS && o.Name == sim.KubeconfigSecretName(cluster)
 	}
 	return false
 }
@@ -566,14 +570,13 @@ func (b *bootstrapCluster) assertOnlyMirrorsLeft(t *testing.T) {
 // assertBootstrapKeyMoved: the new cluster goes on with the bootstrap key
 // its machines got: its copy bootstrap-key-<cluster>, its network plan and
 // the key its Capstan renders with are the key the bootstrap generated.
-func (b *bootstrapCluster) assertBootstrapKeyMoved(t *testing.T) {
+func (b *bootstrapCluster) assertBootstrapKeyMoved(t *testing.T, public string) {
 	t.Helper()
 	ctx := context.Background()
-	key := &corev1.Secret{}
-	if err := b.bootstrap.Get(ctx, client.ObjectKey{Namespace: b.ns, Name: stages.BootstrapKeySecret}, key); err != nil {
-		t.Fatalf("the bootstrap key: %v", err)
+	// The bootstrap's copy, held for its walk until the handover, is gone.
+	if err := b.bootstrap.Get(ctx, client.ObjectKey{Namespace: b.ns, Name: stages.BootstrapKeySecret}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the bootstrap key is still in the bootstrap after the cleanup (%v)", err)
 	}
-	public := strings.TrimSpace(string(key.Data["ssh-publickey"]))
 	cluster := b.cd.Spec.Substitute["CLUSTER_NAME"]
 	network := object(t, b.target, configMapGVK, b.clusterNS, cluster+"-network")
 	if network == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -306,4 +307,116 @@ func targetDaemon(t *testing.T, tenv *testenv.Env) {
 		cancel()
 		<-done
 	})
+}
+
+// A move survives its daemon stopping at every phase: each time
+// status.pivot records a new phase, the source's daemon is stopped (its
+// requests cancelled wherever they are) and a new one started, which
+// resumes after the phase recorded. The end state is that of an
+// uninterrupted move: everything moved once, the target's Capstan owns
+// and finishes the deployment, the source keeps its mirror, and nothing
+// stays suspended in the target.
+func TestPivotStageResumesAfterARestartAtEveryPhase(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	tenv, err := testenv.Start(ctx, testenv.Options{CRDDirs: []string{"../manifests/crds"}, Progress: io.Discard})
+	if err != nil {
+		t.Fatalf("start the target control plane: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := tenv.Stop(); err != nil {
+			t.Errorf("stop the target: %v", err)
+		}
+	})
+	tc, err := client.New(tenv.Config, client.Options{Scheme: reconciler.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := os.ReadFile(tenv.KubeconfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t)
+	ns := newNamespace(t)
+	url, err := gitSrv.CreateRepo(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, pivotFiles(ns), "a deployment that moves"); err != nil {
+		t.Fatal(err)
+	}
+	writeKubeconfigSecret(t, c, ns, "target-kubeconfig", kubeconfig)
+	tune := func(o *reconciler.Options) { o.Reconciler.MirrorInterval = time.Second }
+	source, _ := startDaemonWith(t, nil, tune)
+	targetDaemon(t, tenv)
+	createDeployment(t, c, ns, "movable", capstanv1.ClusterDeploymentSpec{
+		Source: &capstanv1.SourceSpec{Git: &capstanv1.GitSource{
+			URL: url, Ref: capstanv1.GitRef{Branch: "main"}, SecretRef: &capstanv1.LocalObjectReference{Name: gitSecret(t, c, ns)},
+		}},
+		Path: "clusters/pivot",
+		Stages: []capstanv1.StageSpec{
+			{Name: "Config"},
+			{Name: "Pivot", Action: capstanv1.StageActionPivot, KubeConfig: kubeconfigRef("target-kubeconfig")},
+			{Name: "After"},
+		},
+	})
+
+	var restartedAt []capstanv1.PivotPhase
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		cd := getDeployment(t, c, ns, "movable")
+		phase := capstanv1.PivotPhase("")
+		if cd.Status.Pivot != nil {
+			phase = cd.Status.Pivot.Phase
+		}
+		if phase == capstanv1.PivotCleanedUp {
+			break
+		}
+		if phase != "" && !slices.Contains(restartedAt, phase) {
+			restartedAt = append(restartedAt, phase)
+			stopDaemon(source)
+			source, _ = startDaemonWith(t, nil, tune)
+		}
+		if time.Now().After(deadline) {
+			there := &capstanv1.ClusterDeployment{}
+			err := tc.Get(ctx, client.ObjectKey{Namespace: ns, Name: "movable"}, there)
+			t.Fatalf("the move did not finish in %s; restarted after %v; status.pivot %+v; stage Pivot %+v; in the target (%v): %s, status.pivot %+v",
+				waitTimeout, restartedAt, cd.Status.Pivot, stage(cd, "Pivot"), err, describe(there), there.Status.Pivot)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("restarted the source's daemon after phases %v", restartedAt)
+	if len(restartedAt) < 4 {
+		t.Errorf("restarted after %d phases only (%v): the test did not interrupt the move", len(restartedAt), restartedAt)
+	}
+
+	done := &capstanv1.ClusterDeployment{}
+	waitFor(t, "the target's Capstan to finish the deployment", func() (bool, error) {
+		if err := tc.Get(ctx, client.ObjectKey{Namespace: ns, Name: "movable"}, done); err != nil {
+			return false, err
+		}
+		return isReady(done), nil
+	})
+	if done.Spec.Suspend {
+		t.Error("the deployment in the target stayed suspended")
+	}
+	for _, name := range []string{"settings", "after"} {
+		if object(t, tc, configMapGVK, ns, name) == nil {
+			t.Errorf("ConfigMap %s is not in the target", name)
+		}
+		if object(t, c, configMapGVK, ns, name) != nil {
+			t.Errorf("ConfigMap %s is in the source", name)
+		}
+	}
+	mirror := getDeployment(t, c, ns, "movable")
+	if !mirror.Spec.Suspend || mirror.Annotations[pivot.MirrorAnnotation] == "" || stage(mirror, "Pivot").State != capstanv1.StageReady {
+		t.Errorf("the source's deployment: suspend %t, annotations %v, Pivot %s; want a suspended mirror with its pivot done",
+			mirror.Spec.Suspend, mirror.Annotations, stage(mirror, "Pivot").State)
+	}
+	targetID := targetIDOf(t, tc)
+	for side, cl := range map[string]client.Client{"source": c, "target": tc} {
+		if holder, err := pivot.FenceHolder(ctx, cl, ns, "movable"); err != nil || holder != targetID {
+			t.Errorf("fencing record in the %s: holder %q, %v; want the target's", side, holder, err)
+		}
+	}
 }

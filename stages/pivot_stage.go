@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -265,13 +266,15 @@ func (e *Executor) move(ctx context.Context, stage *Stage, owner Owner, cd *caps
 		last = capstanv1.PivotPreflight
 	}
 	// The Secret the target is reached through stays: the mirrors' status
-	// is refreshed through it. So does a copy of the bootstrap key: the
-	// walk here renders with it until the handover, and must not make a
-	// new one that no machine holds.
+	// is refreshed through it. Copies of the source's credentials and of
+	// the bootstrap key stay until the cleanup: the walk here fetches and
+	// renders with them until the handover (and must not make a new key
+	// that no machine holds).
 	kubeconfig := e.cluster.Name()
+	held := heldUntilCleanup(cd)
 	mirror := func(o pivot.Object) bool {
 		return pivot.IsMirror(o) || (o.Kind == "Secret" && "Secret "+o.Namespace+"/"+o.Name == kubeconfig) ||
-			(o.Kind == "Secret" && o.Namespace == owner.Namespace && o.Name == pivot.BootstrapKeySecret)
+			(o.Kind == "Secret" && o.Namespace == owner.Namespace && slices.Contains(held, o.Name))
 	}
 	var mirrors []capstanv1.ObjectReference
 	for _, n := range g.Nodes() {
@@ -341,7 +344,7 @@ func (e *Executor) pivotWait(ctx context.Context, stage *Stage, owner Owner) Res
 		}
 	}
 	if !st.Phase.Reached(capstanv1.PivotCleanedUp) {
-		left, err := e.cleanUpBootstrap(ctx, stage)
+		left, err := e.cleanUpBootstrap(ctx, stage, cd)
 		for len(left) > 0 && err == nil {
 			select {
 			case <-ctx.Done():
@@ -349,7 +352,7 @@ func (e *Executor) pivotWait(ctx context.Context, stage *Stage, owner Owner) Res
 				return res
 			case <-time.After(time.Second):
 			}
-			left, err = e.cleanUpBootstrap(ctx, stage)
+			left, err = e.cleanUpBootstrap(ctx, stage, cd)
 		}
 		if err != nil {
 			return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
@@ -407,13 +410,50 @@ func (e *Executor) handedOver(ctx context.Context, stage *Stage, owner Owner, st
 	return waiting, false, nil
 }
 
+// heldUntilCleanup are the Secrets of the deployment's namespace that a
+// move copies and keeps here until the handover is confirmed: the
+// credentials of its source and the bootstrap key.
+func heldUntilCleanup(cd *capstanv1.ClusterDeployment) []string {
+	names := []string{pivot.BootstrapKeySecret}
+	if src := cd.Spec.Source; src != nil {
+		if g := src.Git; g != nil {
+			if g.SecretRef != nil {
+				names = append(names, g.SecretRef.Name)
+			}
+			if g.Verify != nil {
+				names = append(names, g.Verify.SecretRef.Name)
+			}
+		}
+		if o := src.OCI; o != nil {
+			if o.SecretRef != nil {
+				names = append(names, o.SecretRef.Name)
+			}
+			if o.Verify != nil {
+				names = append(names, o.Verify.SecretRef.Name)
+			}
+		}
+	}
+	return names
+}
+
 // cleanUpBootstrap deletes from the cluster Capstan runs in the objects of
-// the deployment labelled bootstrap-only, and returns those still there
-// (finalizers) by name.
-func (e *Executor) cleanUpBootstrap(ctx context.Context, stage *Stage) ([]string, error) {
+// the deployment labelled bootstrap-only and the Secrets held for the
+// walk until the handover, and returns those still there (finalizers)
+// by name.
+func (e *Executor) cleanUpBootstrap(ctx context.Context, stage *Stage, cd *capstanv1.ClusterDeployment) ([]string, error) {
 	var left []string
 	var errs []error
-	for _, obj := range stage.PlanObjects {
+	objects := slices.Clone(stage.PlanObjects)
+	for _, name := range heldUntilCleanup(cd) {
+		secret := &unstructured.Unstructured{}
+		secret.SetAPIVersion("v1")
+		secret.SetKind("Secret")
+		secret.SetNamespace(cd.Namespace)
+		secret.SetName(name)
+		secret.SetLabels(map[string]string{BootstrapOnlyLabel: "true"})
+		objects = append(objects, secret)
+	}
+	for _, obj := range objects {
 		if obj.GetLabels()[BootstrapOnlyLabel] != "true" {
 			continue
 		}
