@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -214,7 +216,10 @@ func TestBootstrapProfileFullFlow(t *testing.T) {
 	b.simulate(t, "target", tenv.Config, b.targetNamespaces, true)
 	bootOrder := watchStagesOn(t, env.Config, ns, name)
 	targetOrder := watchStagesOn(t, tenv.Config, ns, name)
-	startDaemonWith(t, nil, func(o *reconciler.Options) { o.ClusterName = "bootstrap" })
+	startDaemonWith(t, nil, func(o *reconciler.Options) {
+		o.ClusterName = "bootstrap"
+		o.Reconciler.MirrorInterval = time.Second
+	})
 	// The target's Capstan runs from the start: it must not act before the
 	// deployment arrives there, unsuspended.
 	targetWrites := &requestCounter{}
@@ -275,6 +280,7 @@ func TestBootstrapProfileFullFlow(t *testing.T) {
 	}
 	assertStageOrder(t, "bootstrap", bootOrder, profileStages(t)[:10])
 	assertStageOrder(t, "target", targetOrder, profileStages(t))
+	b.assertMirrorsFollow(t, mirror)
 	b.assertNotWalkedAgain(t, mirror, done)
 	b.assertMovedOnce(t, mirror)
 	b.assertOnlyMirrorsLeft(t)
@@ -436,6 +442,63 @@ func (b *bootstrapCluster) assertAppliedIntoTarget(t *testing.T) {
 
 // assertNotWalkedAgain: the target's Capstan took the stages before the
 // pivot as the bootstrap left them, and ran none of them again.
+// assertMirrorsFollow waits until the bootstrap's Cluster and Machines
+// carry the status of theirs in the target, as the mirror refresh copies
+// it, and the mirror deployment the target's stages.
+func (b *bootstrapCluster) assertMirrorsFollow(t *testing.T, mirror *capstanv1.ClusterDeployment) {
+	t.Helper()
+	refs := mirror.Status.Pivot.Mirrors
+	kinds := map[string]int{}
+	for _, r := range refs {
+		kinds[r.Kind]++
+	}
+	if kinds["Cluster"] != 1 || kinds["Machine"] == 0 {
+		t.Errorf("status.pivot.mirrors = %v; want the Cluster and its Machines", refs)
+	}
+	ctx := context.Background()
+	differ := ""
+	waitFor(t, "the mirrors to carry the target's status", func() (bool, error) {
+		for _, r := range refs {
+			here, there := &unstructured.Unstructured{}, &unstructured.Unstructured{}
+			for _, u := range []*unstructured.Unstructured{here, there} {
+				u.SetAPIVersion(r.APIVersion)
+				u.SetKind(r.Kind)
+			}
+			if err := b.bootstrap.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: r.Name}, here); err != nil {
+				return false, err
+			}
+			if err := b.target.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: r.Name}, there); err != nil {
+				return false, err
+			}
+			// The simulated Cluster API in the bootstrap still runs and marks
+			// the paused mirrors Paused, as the real one would if it had not
+			// been scaled down: that one condition is the bootstrap's own.
+			if !equality.Semantic.DeepEqual(withoutPaused(here), withoutPaused(there)) {
+				differ = r.Kind + " " + r.Name
+				return false, fmt.Errorf("%s differs", differ)
+			}
+		}
+		cd := &capstanv1.ClusterDeployment{}
+		if err := b.bootstrap.Get(ctx, client.ObjectKey{Namespace: b.ns, Name: b.cd.Name}, cd); err != nil {
+			return false, err
+		}
+		return stage(cd, "ClusterReady").State == capstanv1.StageReady && cd.Status.Pivot.MirroredAt != nil, nil
+	})
+}
+
+// withoutPaused is u's status without its Paused condition.
+func withoutPaused(u *unstructured.Unstructured) any {
+	status, _ := u.Object["status"].(map[string]any)
+	status = maps.Clone(status)
+	if conds, ok := status["conditions"].([]any); ok {
+		status["conditions"] = slices.DeleteFunc(slices.Clone(conds), func(c any) bool {
+			m, _ := c.(map[string]any)
+			return m["type"] == "Paused"
+		})
+	}
+	return status
+}
+
 func (b *bootstrapCluster) assertNotWalkedAgain(t *testing.T, mirror, done *capstanv1.ClusterDeployment) {
 	t.Helper()
 	for _, name := range profileStages(t)[:9] {

@@ -420,3 +420,72 @@ func TestPivotStageResumesAfterARestartAtEveryPhase(t *testing.T) {
 		}
 	}
 }
+
+// A move whose preflight fails changes nothing, in either cluster: the
+// stage stalls naming what the target lacks, in its message and in
+// status.pivot, and the deployment here is neither paused nor moved.
+func TestPivotStagePreflightStallsAndChangesNothing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// A target without Capstan's CRDs, and a daemon that cannot install
+	// them (it knows no image).
+	tenv, err := testenv.Start(ctx, testenv.Options{Progress: io.Discard})
+	if err != nil {
+		t.Fatalf("start the target control plane: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := tenv.Stop(); err != nil {
+			t.Errorf("stop the target: %v", err)
+		}
+	})
+	kubeconfig, err := os.ReadFile(tenv.KubeconfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := client.New(tenv.Config, client.Options{Scheme: reconciler.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t)
+	ns := newNamespace(t)
+	url, err := gitSrv.CreateRepo(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, pivotFiles(ns), "a deployment that moves"); err != nil {
+		t.Fatal(err)
+	}
+	writeKubeconfigSecret(t, c, ns, "target-kubeconfig", kubeconfig)
+	startDaemon(t, nil)
+	createDeployment(t, c, ns, "movable", capstanv1.ClusterDeploymentSpec{
+		Source: &capstanv1.SourceSpec{Git: &capstanv1.GitSource{
+			URL: url, Ref: capstanv1.GitRef{Branch: "main"}, SecretRef: &capstanv1.LocalObjectReference{Name: gitSecret(t, c, ns)},
+		}},
+		Path: "clusters/pivot",
+		Stages: []capstanv1.StageSpec{
+			{Name: "Config"},
+			{Name: "Pivot", Action: capstanv1.StageActionPivot, KubeConfig: kubeconfigRef("target-kubeconfig")},
+			{Name: "After"},
+		},
+	})
+	cd := waitDeployment(t, c, ns, "movable", "the pivot stage stalled by its preflight", func(cd *capstanv1.ClusterDeployment) bool {
+		stalled := condition(cd, capstanv1.ConditionStalled)
+		return stalled != nil && stalled.Status == metav1.ConditionTrue && cd.Status.Pivot != nil && cd.Status.Pivot.Message != ""
+	})
+	const want = "the target serves no version of capstan.dev; install Capstan's CRDs there first"
+	if msg := stage(cd, "Pivot").Message; !strings.Contains(msg, want) || !strings.Contains(msg, "nothing changed") {
+		t.Errorf("stage Pivot: %q; want the preflight's problem (%q)", msg, want)
+	}
+	if !strings.Contains(cd.Status.Pivot.Message, want) || cd.Status.Pivot.Phase != "" {
+		t.Errorf("status.pivot = %+v; want no phase done and the problem", cd.Status.Pivot)
+	}
+	if cd.Spec.Suspend || cd.Annotations[pivot.MirrorAnnotation] != "" {
+		t.Errorf("the deployment was paused or mirrored by a move that did not start: suspend %t, %v", cd.Spec.Suspend, cd.Annotations)
+	}
+	if object(t, c, configMapGVK, ns, "settings") == nil {
+		t.Error("ConfigMap settings left the source")
+	}
+	if err := tc.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{}); err == nil {
+		t.Errorf("namespace %s was created in the target by a move that did not start", ns)
+	}
+}

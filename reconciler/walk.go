@@ -117,6 +117,9 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 				// suspended mirror, and the stages after this one are the
 				// target's Capstan's to run.
 				r.event(cd, "Normal", "Pivoted", "stage %s: %s; the stages after it run there", st().Name, res.Message)
+				// From now on the deployment here is a mirror: refresh it
+				// at once, then every MirrorInterval.
+				a.requeue = time.Second
 				return true, nil
 			}
 			continue

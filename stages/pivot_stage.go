@@ -195,7 +195,7 @@ func (e *Executor) pivotStage(ctx context.Context, stage *Stage, owner Owner) Re
 	if !last.Reached(capstanv1.PivotSourceCleaned) {
 		n, mirrors, err := e.move(ctx, stage, owner, cd, last, targetID, targetDisco.Discovery())
 		if err != nil {
-			return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
+			return e.pivotFailed(ctx, owner, res, fmt.Errorf("stage %s: %w", stage.Name, err))
 		}
 		if err := e.recordPivot(ctx, owner, &capstanv1.PivotStatus{Objects: int32(n), Mirrors: mirrors, Owner: targetID}); err != nil {
 			return failed(res, err)
@@ -209,7 +209,7 @@ func (e *Executor) pivotStage(ctx context.Context, stage *Stage, owner Owner) Re
 	case e.installer != nil:
 		what, err := e.installer.Install(ctx, e.cluster)
 		if err != nil {
-			return failed(res, fmt.Errorf("stage %s: install Capstan into %s: %w", stage.Name, e.cluster.Name(), err))
+			return e.pivotFailed(ctx, owner, res, fmt.Errorf("stage %s: install Capstan into %s: %w", stage.Name, e.cluster.Name(), err))
 		}
 		msg = "installed " + what + ": waiting for it to take the deployment over"
 	}
@@ -365,6 +365,19 @@ func (e *Executor) pivotWait(ctx context.Context, stage *Stage, owner Owner) Res
 	res.Moved = true
 	res.Message = fmt.Sprintf("moved %d objects into %s and handed over to the Capstan there", st.Objects, st.Target)
 	return res
+}
+
+// pivotFailed records err in status.pivot.message, beside the phase the
+// next attempt resumes after, and fails the attempt with it.
+func (e *Executor) pivotFailed(ctx context.Context, owner Owner, res Result, err error) Result {
+	msg := err.Error()
+	if len(msg) > 1024 {
+		msg = msg[:1021] + "..."
+	}
+	if rerr := e.recordPivot(ctx, owner, &capstanv1.PivotStatus{Message: msg}); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	return failed(res, err)
 }
 
 func phaseOf(st *capstanv1.PivotStatus) capstanv1.PivotPhase {
