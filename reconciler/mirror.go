@@ -68,6 +68,9 @@ func (r *Reconciler) refreshMirror(ctx context.Context, cd *capstanv1.ClusterDep
 	if err := r.patchStatus(ctx, before, cd); err != nil {
 		return reconcile.Result{}, err
 	}
+	// The target's Capstan works on the deployment and alerts on it; the
+	// mirror here shows its stages but raises nothing of its own.
+	r.metrics.RecordSuspended(cd)
 	return reconcile.Result{RequeueAfter: every}, nil
 }
 

@@ -26,6 +26,7 @@ const (
 	SourceInterval            = Prefix + "source_interval_seconds"
 	SourceRevisionInfo        = Prefix + "source_revision_info"
 	ApplyObjectsTotal         = Prefix + "apply_objects_total"
+	PivotState                = Prefix + "pivot_state"
 	labelNamespace, labelName = "namespace", "cluster"
 )
 
@@ -99,6 +100,7 @@ type Collector struct {
 	sourceInterval    *prometheus.GaugeVec
 	revisionInfo      *prometheus.GaugeVec
 	applyObjects      *prometheus.CounterVec
+	pivotState        *prometheus.GaugeVec
 
 	now func() time.Time
 
@@ -213,6 +215,10 @@ func newCollector() *Collector {
 			Name: ApplyObjectsTotal,
 			Help: "Objects applied by stages of the ClusterDeployment, by what the apply did (created, configured, unchanged, ...).",
 		}, append(perDeployment, "action")),
+		pivotState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: PivotState,
+			Help: "1 for the last phase a move of the ClusterDeployment into another cluster finished (status.pivot.phase), 0 for the other phases; absent without a move.",
+		}, append(perDeployment, "phase")),
 		now:         time.Now,
 		deployments: map[key]*deployment{},
 	}
@@ -234,7 +240,7 @@ func (c *Collector) collectors() []prometheus.Collector {
 		c.stageState, c.stageStarted, c.stageDuration, c.stageStuck,
 		c.reconcileDuration, c.failures,
 		c.sourceDuration, c.sourceSuccess, c.sourceInterval, c.revisionInfo,
-		c.applyObjects,
+		c.applyObjects, c.pivotState,
 	}
 }
 
@@ -247,7 +253,7 @@ func (c *Collector) perDeployment() []interface {
 		DeletePartialMatch(prometheus.Labels) int
 	}{
 		c.stageState, c.stageStarted, c.stageStuck, c.failures,
-		c.sourceSuccess, c.sourceInterval, c.revisionInfo, c.applyObjects,
+		c.sourceSuccess, c.sourceInterval, c.revisionInfo, c.applyObjects, c.pivotState,
 	}
 }
 

@@ -351,3 +351,30 @@ func feed(c *metrics.Collector, cd *capstanv1.ClusterDeployment, revision string
 	c.RecordStages(cd)
 	c.ObserveReconcile(cd, 3*time.Second, metrics.OutcomeSuccess)
 }
+
+func TestPivotStateFollowsStatus(t *testing.T) {
+	c, reg := newCollector(t)
+	cd := deployment("ns", "mgmt", capstanv1.StageStatus{Name: "PivotDone", State: capstanv1.StageInProgress})
+	c.RecordStages(cd)
+	if n := len(find(gather(t, reg), metrics.PivotState, map[string]string{"cluster": "mgmt"})); n != 0 {
+		t.Errorf("no move yet, but %d pivot_state series", n)
+	}
+	for _, phase := range []capstanv1.PivotPhase{capstanv1.PivotCopied, capstanv1.PivotCleanedUp} {
+		cd.Status.Pivot = &capstanv1.PivotStatus{Phase: phase}
+		c.RecordStages(cd)
+		got := gather(t, reg)
+		for _, p := range capstanv1.PivotPhases {
+			want := 0.0
+			if p == phase {
+				want = 1
+			}
+			if v := value(t, got, metrics.PivotState, map[string]string{"namespace": "ns", "cluster": "mgmt", "phase": string(p)}); v != want {
+				t.Errorf("after %s: pivot_state{phase=%s} = %g, want %g", phase, p, v, want)
+			}
+		}
+	}
+	c.Forget("ns", "mgmt")
+	if left := find(gather(t, reg), metrics.PivotState, map[string]string{"cluster": "mgmt"}); len(left) != 0 {
+		t.Errorf("after Forget: %v", left)
+	}
+}

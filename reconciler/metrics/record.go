@@ -39,6 +39,13 @@ func (c *Collector) recordStages(cd *capstanv1.ClusterDeployment, suspended bool
 		}
 	}
 	d.stages = seen
+	if p := cd.Status.Pivot; p != nil && p.Phase != "" {
+		for _, phase := range capstanv1.PivotPhases {
+			c.pivotState.WithLabelValues(cd.Namespace, cd.Name, string(phase)).Set(b2f(phase == p.Phase))
+		}
+	} else {
+		c.pivotState.DeletePartialMatch(map[string]string{labelNamespace: cd.Namespace, labelName: cd.Name})
+	}
 }
 
 func (c *Collector) deleteStage(namespace, name, stage string) {
