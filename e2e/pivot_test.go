@@ -49,55 +49,19 @@ data: {applied: by the target}
 func TestPivotStageMovesTheDeployment(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	tenv, err := testenv.Start(ctx, testenv.Options{CRDDirs: []string{"../manifests/crds"}, Progress: io.Discard})
-	if err != nil {
-		t.Fatalf("start the target control plane: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := tenv.Stop(); err != nil {
-			t.Errorf("stop the target: %v", err)
-		}
-	})
-	tc, err := client.New(tenv.Config, client.Options{Scheme: reconciler.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := os.ReadFile(tenv.KubeconfigPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	c := newClient(t)
-	ns := newNamespace(t)
-	url, err := gitSrv.CreateRepo(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, pivotFiles(ns), "a deployment that moves"); err != nil {
-		t.Fatal(err)
-	}
-	writeKubeconfigSecret(t, c, ns, "target-kubeconfig", kubeconfig)
+	p := newPivotSetup(ctx, t, true)
+	tenv, tc, c, ns := p.tenv, p.tc, p.c, p.ns
 	startDaemon(t, nil)
-	createDeployment(t, c, ns, "movable", capstanv1.ClusterDeploymentSpec{
-		Source: &capstanv1.SourceSpec{Git: &capstanv1.GitSource{
-			URL: url, Ref: capstanv1.GitRef{Branch: "main"}, SecretRef: &capstanv1.LocalObjectReference{Name: gitSecret(t, c, ns)},
-		}},
-		Path: "clusters/pivot",
-		Stages: []capstanv1.StageSpec{
-			{Name: "Config"},
-			{Name: "Pivot", Action: capstanv1.StageActionPivot, KubeConfig: kubeconfigRef("target-kubeconfig")},
-			{Name: "After"},
-		},
-	})
+	p.createMovable(t)
 
 	// The move is done once it waits for the target's Capstan: there is
 	// none yet, and this daemon does not know an image to install.
-	cd := waitDeployment(t, c, ns, "movable", "the move done, the handover waited for", func(cd *capstanv1.ClusterDeployment) bool {
-		return cd.Status.Pivot != nil && cd.Status.Pivot.Phase == capstanv1.PivotInstalled
+	// (The stage's message follows the record within the attempt.)
+	cd := waitDeployment(t, c, ns, "movable", "the move done, the stage waiting for the target's Capstan", func(cd *capstanv1.ClusterDeployment) bool {
+		st := stage(cd, "Pivot")
+		return cd.Status.Pivot != nil && cd.Status.Pivot.Phase == capstanv1.PivotInstalled &&
+			st.State == capstanv1.StageInProgress && strings.Contains(st.Message, "waiting for the Capstan of Secret "+ns+"/target-kubeconfig to take the deployment over")
 	})
-	if st := stage(cd, "Pivot"); st.State != capstanv1.StageInProgress || !strings.Contains(st.Message, "waiting for") {
-		t.Errorf("stage Pivot before the handover: %s %q; want InProgress, waiting for the target's Capstan", st.State, st.Message)
-	}
 	if !cd.Spec.Suspend || cd.Annotations[pivot.MirrorAnnotation] == "" {
 		t.Errorf("the deployment here: suspend %t, annotations %v; want a suspended mirror", cd.Spec.Suspend, cd.Annotations)
 	}
@@ -190,46 +154,11 @@ func TestPivotStageMovesTheDeployment(t *testing.T) {
 func TestPivotFencesTheSourceAfterTheHandover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	tenv, err := testenv.Start(ctx, testenv.Options{CRDDirs: []string{"../manifests/crds"}, Progress: io.Discard})
-	if err != nil {
-		t.Fatalf("start the target control plane: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := tenv.Stop(); err != nil {
-			t.Errorf("stop the target: %v", err)
-		}
-	})
-	tc, err := client.New(tenv.Config, client.Options{Scheme: reconciler.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := os.ReadFile(tenv.KubeconfigPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := newClient(t)
-	ns := newNamespace(t)
-	url, err := gitSrv.CreateRepo(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, pivotFiles(ns), "a deployment that moves"); err != nil {
-		t.Fatal(err)
-	}
-	writeKubeconfigSecret(t, c, ns, "target-kubeconfig", kubeconfig)
+	p := newPivotSetup(ctx, t, true)
+	tenv, tc, c, ns := p.tenv, p.tc, p.c, p.ns
 	source, _ := startDaemonWith(t, nil, func(o *reconciler.Options) { o.Reconciler.MirrorInterval = time.Second })
 	targetDaemon(t, tenv)
-	createDeployment(t, c, ns, "movable", capstanv1.ClusterDeploymentSpec{
-		Source: &capstanv1.SourceSpec{Git: &capstanv1.GitSource{
-			URL: url, Ref: capstanv1.GitRef{Branch: "main"}, SecretRef: &capstanv1.LocalObjectReference{Name: gitSecret(t, c, ns)},
-		}},
-		Path: "clusters/pivot",
-		Stages: []capstanv1.StageSpec{
-			{Name: "Config"},
-			{Name: "Pivot", Action: capstanv1.StageActionPivot, KubeConfig: kubeconfigRef("target-kubeconfig")},
-			{Name: "After"},
-		},
-	})
+	p.createMovable(t)
 	waitDeployment(t, c, ns, "movable", "the handover confirmed", func(cd *capstanv1.ClusterDeployment) bool {
 		return cd.Status.Pivot != nil && cd.Status.Pivot.Phase == capstanv1.PivotCleanedUp
 	})
@@ -244,12 +173,14 @@ func TestPivotFencesTheSourceAfterTheHandover(t *testing.T) {
 	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, files, "a new revision"); err != nil {
 		t.Fatal(err)
 	}
-	gitSecret(t, c, ns) // the credentials moved; an operator gives them back
 	patch := []byte(`{"metadata":{"annotations":{"` + pivot.MirrorAnnotation + `":null}},"spec":{"suspend":false}}`)
 	if err := c.Patch(ctx, &capstanv1.ClusterDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "movable"}},
 		client.RawPatch(types.MergePatchType, patch)); err != nil {
 		t.Fatal(err)
 	}
+	// The credentials moved, and a mirror drops its copy: an operator
+	// gives them back, once it is no mirror.
+	gitSecret(t, c, ns)
 	// Its first write is refused.
 	fenced := func(cd *capstanv1.ClusterDeployment) string {
 		for _, st := range cd.Status.Stages {
@@ -277,6 +208,66 @@ func TestPivotFencesTheSourceAfterTheHandover(t *testing.T) {
 	if n := counter.total("PATCH", "/configmaps/"); n != 0 {
 		t.Errorf("the restarted source daemon applied ConfigMaps %d times; want none", n)
 	}
+}
+
+// pivotSetup is what every test of the pivot stage starts from: a target
+// control plane, with or without Capstan's CRDs, a repository holding
+// pivotFiles, and the target's kubeconfig in Secret target-kubeconfig of
+// the test's namespace.
+type pivotSetup struct {
+	tenv    *testenv.Env
+	tc, c   client.Client // the target's and the source's
+	ns, url string
+}
+
+func newPivotSetup(ctx context.Context, t *testing.T, crds bool) *pivotSetup {
+	t.Helper()
+	opts := testenv.Options{Progress: io.Discard}
+	if crds {
+		opts.CRDDirs = []string{"../manifests/crds"}
+	}
+	tenv, err := testenv.Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("start the target control plane: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := tenv.Stop(); err != nil {
+			t.Errorf("stop the target: %v", err)
+		}
+	})
+	p := &pivotSetup{tenv: tenv, c: newClient(t), ns: newNamespace(t)}
+	if p.tc, err = client.New(tenv.Config, client.Options{Scheme: reconciler.Scheme()}); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := os.ReadFile(tenv.KubeconfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.url, err = gitSrv.CreateRepo(p.ns); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gitSrv.Commit(p.ns, gitserver.DefaultBranch, pivotFiles(p.ns), "a deployment that moves"); err != nil {
+		t.Fatal(err)
+	}
+	writeKubeconfigSecret(t, p.c, p.ns, "target-kubeconfig", kubeconfig)
+	return p
+}
+
+// createMovable creates ClusterDeployment movable: stage Config here,
+// Pivot into the target, After there.
+func (p *pivotSetup) createMovable(t *testing.T) {
+	t.Helper()
+	createDeployment(t, p.c, p.ns, "movable", capstanv1.ClusterDeploymentSpec{
+		Source: &capstanv1.SourceSpec{Git: &capstanv1.GitSource{
+			URL: p.url, Ref: capstanv1.GitRef{Branch: "main"}, SecretRef: &capstanv1.LocalObjectReference{Name: gitSecret(t, p.c, p.ns)},
+		}},
+		Path: "clusters/pivot",
+		Stages: []capstanv1.StageSpec{
+			{Name: "Config"},
+			{Name: "Pivot", Action: capstanv1.StageActionPivot, KubeConfig: kubeconfigRef("target-kubeconfig")},
+			{Name: "After"},
+		},
+	})
 }
 
 func targetIDOf(t *testing.T, c client.Client) string {
@@ -319,47 +310,12 @@ func targetDaemon(t *testing.T, tenv *testenv.Env) {
 func TestPivotStageResumesAfterARestartAtEveryPhase(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	tenv, err := testenv.Start(ctx, testenv.Options{CRDDirs: []string{"../manifests/crds"}, Progress: io.Discard})
-	if err != nil {
-		t.Fatalf("start the target control plane: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := tenv.Stop(); err != nil {
-			t.Errorf("stop the target: %v", err)
-		}
-	})
-	tc, err := client.New(tenv.Config, client.Options{Scheme: reconciler.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := os.ReadFile(tenv.KubeconfigPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := newClient(t)
-	ns := newNamespace(t)
-	url, err := gitSrv.CreateRepo(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, pivotFiles(ns), "a deployment that moves"); err != nil {
-		t.Fatal(err)
-	}
-	writeKubeconfigSecret(t, c, ns, "target-kubeconfig", kubeconfig)
+	p := newPivotSetup(ctx, t, true)
+	tenv, tc, c, ns := p.tenv, p.tc, p.c, p.ns
 	tune := func(o *reconciler.Options) { o.Reconciler.MirrorInterval = time.Second }
 	source, _ := startDaemonWith(t, nil, tune)
 	targetDaemon(t, tenv)
-	createDeployment(t, c, ns, "movable", capstanv1.ClusterDeploymentSpec{
-		Source: &capstanv1.SourceSpec{Git: &capstanv1.GitSource{
-			URL: url, Ref: capstanv1.GitRef{Branch: "main"}, SecretRef: &capstanv1.LocalObjectReference{Name: gitSecret(t, c, ns)},
-		}},
-		Path: "clusters/pivot",
-		Stages: []capstanv1.StageSpec{
-			{Name: "Config"},
-			{Name: "Pivot", Action: capstanv1.StageActionPivot, KubeConfig: kubeconfigRef("target-kubeconfig")},
-			{Name: "After"},
-		},
-	})
+	p.createMovable(t)
 
 	var restartedAt []capstanv1.PivotPhase
 	deadline := time.Now().Add(waitTimeout)
@@ -427,47 +383,10 @@ func TestPivotStageResumesAfterARestartAtEveryPhase(t *testing.T) {
 func TestPivotStagePreflightStallsAndChangesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	// A target without Capstan's CRDs, and a daemon that cannot install
-	// them (it knows no image).
-	tenv, err := testenv.Start(ctx, testenv.Options{Progress: io.Discard})
-	if err != nil {
-		t.Fatalf("start the target control plane: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := tenv.Stop(); err != nil {
-			t.Errorf("stop the target: %v", err)
-		}
-	})
-	kubeconfig, err := os.ReadFile(tenv.KubeconfigPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc, err := client.New(tenv.Config, client.Options{Scheme: reconciler.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := newClient(t)
-	ns := newNamespace(t)
-	url, err := gitSrv.CreateRepo(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, pivotFiles(ns), "a deployment that moves"); err != nil {
-		t.Fatal(err)
-	}
-	writeKubeconfigSecret(t, c, ns, "target-kubeconfig", kubeconfig)
+	p := newPivotSetup(ctx, t, false)
+	tc, c, ns := p.tc, p.c, p.ns
 	startDaemon(t, nil)
-	createDeployment(t, c, ns, "movable", capstanv1.ClusterDeploymentSpec{
-		Source: &capstanv1.SourceSpec{Git: &capstanv1.GitSource{
-			URL: url, Ref: capstanv1.GitRef{Branch: "main"}, SecretRef: &capstanv1.LocalObjectReference{Name: gitSecret(t, c, ns)},
-		}},
-		Path: "clusters/pivot",
-		Stages: []capstanv1.StageSpec{
-			{Name: "Config"},
-			{Name: "Pivot", Action: capstanv1.StageActionPivot, KubeConfig: kubeconfigRef("target-kubeconfig")},
-			{Name: "After"},
-		},
-	})
+	p.createMovable(t)
 	cd := waitDeployment(t, c, ns, "movable", "the pivot stage stalled by its preflight", func(cd *capstanv1.ClusterDeployment) bool {
 		stalled := condition(cd, capstanv1.ConditionStalled)
 		return stalled != nil && stalled.Status == metav1.ConditionTrue && cd.Status.Pivot != nil && cd.Status.Pivot.Message != ""

@@ -58,7 +58,7 @@ func (r *Reconciler) refreshMirror(ctx context.Context, cd *capstanv1.ClusterDep
 	}
 	before := cd.DeepCopy()
 	now := metav1.NewTime(r.opts.Now())
-	err := r.mirror(ctx, cd)
+	err := errors.Join(stages.ReleaseHeld(ctx, r.client, cd), r.mirror(ctx, cd))
 	cd.Status.Pivot.MirroredAt = &now
 	cd.Status.Pivot.Message = ""
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -169,13 +170,6 @@ func (e *Executor) pivotStage(ctx context.Context, stage *Stage, owner Owner) Re
 		res.Message = "moved into " + e.cluster.Name()
 		return res
 	}
-	// Until the fencing record goes to the target, this Capstan must own
-	// the deployment here; after, the move is the only writer it allows.
-	if !last.Reached(capstanv1.PivotUnpaused) {
-		if err := e.checkFence(ctx, owner); err != nil {
-			return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
-		}
-	}
 	targetDisco, ok := e.cluster.(discoverer)
 	if !ok || e.homeDiscovery == nil {
 		return failed(res, Stalled(fmt.Errorf("stage %s: the executor cannot list the kinds of both clusters", stage.Name)))
@@ -183,6 +177,18 @@ func (e *Executor) pivotStage(ctx context.Context, stage *Stage, owner Owner) Re
 	targetID, err := pivot.ClusterID(ctx, e.client)
 	if err != nil {
 		return failed(res, fmt.Errorf("stage %s: target %s: %w", stage.Name, e.cluster.Name(), err))
+	}
+	// Until the fencing record goes to the target, this Capstan must own
+	// the deployment here; after, the move is the only writer it allows.
+	// A move stopped during Unpause may have handed the record to this
+	// very target already: that is its own doing, and it resumes.
+	if !last.Reached(capstanv1.PivotUnpaused) {
+		if err := e.checkFence(ctx, owner); err != nil {
+			var fenced *pivot.FencedError
+			if !errors.As(err, &fenced) || fenced.Holder != targetID || !last.Reached(capstanv1.PivotCopied) {
+				return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
+			}
+		}
 	}
 	if last == "" {
 		rec := &capstanv1.PivotStatus{Target: e.cluster.Name(), Stage: stage.Name, StartedAt: ptrNow(),
@@ -344,7 +350,7 @@ func (e *Executor) pivotWait(ctx context.Context, stage *Stage, owner Owner) Res
 		}
 	}
 	if !st.Phase.Reached(capstanv1.PivotCleanedUp) {
-		left, err := e.cleanUpBootstrap(ctx, stage, cd)
+		left, err := e.cleanUpBootstrap(ctx, stage)
 		for len(left) > 0 && err == nil {
 			select {
 			case <-ctx.Done():
@@ -352,7 +358,7 @@ func (e *Executor) pivotWait(ctx context.Context, stage *Stage, owner Owner) Res
 				return res
 			case <-time.After(time.Second):
 			}
-			left, err = e.cleanUpBootstrap(ctx, stage, cd)
+			left, err = e.cleanUpBootstrap(ctx, stage)
 		}
 		if err != nil {
 			return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
@@ -361,6 +367,8 @@ func (e *Executor) pivotWait(ctx context.Context, stage *Stage, owner Owner) Res
 			return failed(res, err)
 		}
 	}
+	// An error here is the mirror's refresh's to retry.
+	_ = ReleaseHeld(ctx, e.home, cd)
 	res.State = capstanv1.StageReady
 	res.Moved = true
 	res.Message = fmt.Sprintf("moved %d objects into %s and handed over to the Capstan there", st.Objects, st.Target)
@@ -449,23 +457,30 @@ func heldUntilCleanup(cd *capstanv1.ClusterDeployment) []string {
 	return names
 }
 
+// ReleaseHeld deletes from the cluster c reaches the copies of the
+// Secrets a move of cd held there for the walk until the handover (its
+// source's credentials, the bootstrap key). It runs after the cleanup is
+// recorded, and again at each refresh of the mirror: a restart between
+// the two must find the credentials still there to finish the walk, and
+// the copies gone in the end.
+func ReleaseHeld(ctx context.Context, c client.Client, cd *capstanv1.ClusterDeployment) error {
+	var errs []error
+	for _, name := range heldUntilCleanup(cd) {
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: cd.Namespace, Name: name}}
+		if err := c.Delete(ctx, secret); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete the copy of Secret %s/%s held for the move: %w", cd.Namespace, name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // cleanUpBootstrap deletes from the cluster Capstan runs in the objects of
-// the deployment labelled bootstrap-only and the Secrets held for the
-// walk until the handover, and returns those still there (finalizers)
-// by name.
-func (e *Executor) cleanUpBootstrap(ctx context.Context, stage *Stage, cd *capstanv1.ClusterDeployment) ([]string, error) {
+// the deployment labelled bootstrap-only, and returns those still there
+// (finalizers) by name.
+func (e *Executor) cleanUpBootstrap(ctx context.Context, stage *Stage) ([]string, error) {
 	var left []string
 	var errs []error
-	objects := slices.Clone(stage.PlanObjects)
-	for _, name := range heldUntilCleanup(cd) {
-		secret := &unstructured.Unstructured{}
-		secret.SetAPIVersion("v1")
-		secret.SetKind("Secret")
-		secret.SetNamespace(cd.Namespace)
-		secret.SetName(name)
-		secret.SetLabels(map[string]string{BootstrapOnlyLabel: "true"})
-		objects = append(objects, secret)
-	}
+	objects := stage.PlanObjects
 	for _, obj := range objects {
 		if obj.GetLabels()[BootstrapOnlyLabel] != "true" {
 			continue
@@ -523,8 +538,24 @@ func (e *Executor) takeOver(ctx context.Context, stage *Stage, owner Owner, cd *
 }
 
 // recordPivot merges rec's set fields into the deployment's status.pivot
-// in the home cluster, with the time of the phase when it sets one.
+// in the home cluster, with the time of the phase when it sets one. The
+// last phase clears the message.
 func (e *Executor) recordPivot(ctx context.Context, owner Owner, rec *capstanv1.PivotStatus) error {
+	var clear []string
+	if rec.Message == "" && rec.Phase == capstanv1.PivotCleanedUp {
+		clear = append(clear, "message")
+	}
+	return RecordPivot(ctx, e.home, owner.Namespace, owner.Name, rec, clear...)
+}
+
+// RecordPivot merges rec's set fields into status.pivot of the
+// ClusterDeployment namespace/name through c (a JSON merge patch on the
+// status subresource), stamping phaseTime when rec sets a phase, and
+// removes the fields named in clear that rec does not set. The pivot
+// stage and `capstan pivot` keep one record this way. The write outlives
+// a cancelled ctx by up to 10 s: a phase done must be recorded, or a
+// resumed move would take it again.
+func RecordPivot(ctx context.Context, c client.Client, namespace, name string, rec *capstanv1.PivotStatus, clear ...string) error {
 	if rec.Phase != "" {
 		rec.PhaseTime = ptrNow()
 	}
@@ -536,8 +567,10 @@ func (e *Executor) recordPivot(ctx context.Context, owner Owner, rec *capstanv1.
 	if err := json.Unmarshal(raw, &fields); err != nil {
 		return err
 	}
-	if rec.Message == "" && rec.Phase == capstanv1.PivotCleanedUp {
-		fields["message"] = nil
+	for _, k := range clear {
+		if _, set := fields[k]; !set {
+			fields[k] = nil
+		}
 	}
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"pivot": fields}})
 	if err != nil {
@@ -545,12 +578,12 @@ func (e *Executor) recordPivot(ctx context.Context, owner Owner, rec *capstanv1.
 	}
 	cd := &unstructured.Unstructured{}
 	cd.SetGroupVersionKind(capstanv1.GroupVersion.WithKind("ClusterDeployment"))
-	cd.SetNamespace(owner.Namespace)
-	cd.SetName(owner.Name)
+	cd.SetNamespace(namespace)
+	cd.SetName(name)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := e.home.Status().Patch(ctx, cd, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return fmt.Errorf("record the move in ClusterDeployment %s/%s status.pivot: %w", owner.Namespace, owner.Name, err)
+	if err := c.Status().Patch(ctx, cd, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("record the move in ClusterDeployment %s/%s status.pivot: %w", namespace, name, err)
 	}
 	return nil
 }

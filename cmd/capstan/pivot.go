@@ -5,16 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/stages"
 	"github.com/capstan-dev/capstan/stages/pivot"
 )
 
@@ -319,43 +320,11 @@ func readPivotRecord(ctx context.Context, c client.Reader, namespace, name strin
 	return cd, record, nil
 }
 
-// recordPivot merges rec's set fields into the deployment's status.pivot
-// in the source, with the time of the phase when it sets one, through the
-// status subresource as the pivot stage does. The fields of replaced (the
-// record as read) that rec does not set are removed.
+// recordPivot records rec in the source's status.pivot as the pivot stage
+// does; the fields of replaced (the record as read) that rec does not set
+// are removed.
 func recordPivot(ctx context.Context, c client.Client, namespace, name string, rec *capstanv1.PivotStatus, replaced map[string]any) error {
-	if rec.Phase != "" {
-		rec.PhaseTime = ptr.To(metav1.Now())
-	}
-	raw, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	var fields map[string]any
-	if err := json.Unmarshal(raw, &fields); err != nil {
-		return err
-	}
-	for k := range replaced {
-		if _, ok := fields[k]; !ok {
-			fields[k] = nil
-		}
-	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"pivot": fields}})
-	if err != nil {
-		return err
-	}
-	cd := &unstructured.Unstructured{}
-	cd.SetGroupVersionKind(capstanv1.GroupVersion.WithKind("ClusterDeployment"))
-	cd.SetNamespace(namespace)
-	cd.SetName(name)
-	// A step done is recorded even when the command is interrupted right
-	// after it: a resumed move must not take it again.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := c.Status().Patch(ctx, cd, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return fmt.Errorf("record the move in ClusterDeployment %s/%s status.pivot: %w", namespace, name, err)
-	}
-	return nil
+	return stages.RecordPivot(ctx, c, namespace, name, rec, slices.Collect(maps.Keys(replaced))...)
 }
 
 // pivotPlan is what a move will do, as --dry-run prints it.

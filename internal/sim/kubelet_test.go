@@ -85,10 +85,11 @@ func TestKubelet(t *testing.T) {
 	if n.Labels[KubeletNodeLabel] != "true" {
 		t.Errorf("Node %s: labels %v; want the kubelet label", node, n.Labels)
 	}
+	// The Lease follows the Node's registration, as a kubelet's does.
 	lease := &coordinationv1.Lease{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: node}, lease); err != nil || lease.Spec.RenewTime == nil {
-		t.Errorf("the Node's Lease: %v, %+v; want it renewed", err, lease.Spec)
-	}
+	waitUntil(t, ctx, "the Node's Lease renewed", func() bool {
+		return c.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: node}, lease) == nil && lease.Spec.RenewTime != nil
+	})
 
 	mine := kubeletPod(ns, "controller", "manager", "kube-rbac-proxy")
 	theirs := kubeletPod(other, "elsewhere", "app")
