@@ -52,6 +52,15 @@ func TestPivotStageMovesTheDeployment(t *testing.T) {
 	p := newPivotSetup(ctx, t, true)
 	tenv, tc, c, ns := p.tenv, p.tc, p.c, p.ns
 	startDaemon(t, nil)
+	// A neighbour that shares the git credentials, suspended: they must
+	// stay here for it.
+	createDeployment(t, c, ns, "neighbour", capstanv1.ClusterDeploymentSpec{
+		Suspend: true,
+		Source: &capstanv1.SourceSpec{Git: &capstanv1.GitSource{
+			URL: p.url, Ref: capstanv1.GitRef{Branch: "main"}, SecretRef: &capstanv1.LocalObjectReference{Name: "git-auth"},
+		}},
+		Path: "clusters/pivot",
+	})
 	p.createMovable(t)
 
 	// The move is done once it waits for the target's Capstan: there is
@@ -143,6 +152,9 @@ func TestPivotStageMovesTheDeployment(t *testing.T) {
 	}
 	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "target-kubeconfig"}, &corev1.Secret{}); err != nil {
 		t.Errorf("the target's kubeconfig Secret left the source, which needs it to mirror: %v", err)
+	}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "git-auth"}, &corev1.Secret{}); err != nil {
+		t.Errorf("the git credentials, which deployment neighbour shares, left the source: %v", err)
 	}
 }
 

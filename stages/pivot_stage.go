@@ -276,11 +276,16 @@ func (e *Executor) move(ctx context.Context, stage *Stage, owner Owner, cd *caps
 	// the bootstrap key stay until the cleanup: the walk here fetches and
 	// renders with them until the handover (and must not make a new key
 	// that no machine holds).
+	// Secrets another deployment here names are copied and stay.
 	kubeconfig := e.cluster.Name()
 	held := heldUntilCleanup(cd)
+	shared, err := sharedSecrets(ctx, e.home, cd)
+	if err != nil {
+		return 0, nil, err
+	}
 	mirror := func(o pivot.Object) bool {
 		return pivot.IsMirror(o) || (o.Kind == "Secret" && "Secret "+o.Namespace+"/"+o.Name == kubeconfig) ||
-			(o.Kind == "Secret" && o.Namespace == owner.Namespace && slices.Contains(held, o.Name))
+			(o.Kind == "Secret" && o.Namespace == owner.Namespace && (slices.Contains(held, o.Name) || shared[o.Name]))
 	}
 	var mirrors []capstanv1.ObjectReference
 	for _, n := range g.Nodes() {
@@ -457,6 +462,42 @@ func heldUntilCleanup(cd *capstanv1.ClusterDeployment) []string {
 	return names
 }
 
+// sharedSecrets are the Secrets of cd's namespace that another deployment
+// there (not a mirror) names: its source's credentials, its kubeconfigs,
+// and the namespace's bootstrap key, which every deployment of the
+// namespace uses. A move copies them and leaves them in place.
+func sharedSecrets(ctx context.Context, c client.Reader, cd *capstanv1.ClusterDeployment) (map[string]bool, error) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(capstanv1.GroupVersion.WithKind("ClusterDeploymentList"))
+	if err := c.List(ctx, list, client.InNamespace(cd.Namespace)); err != nil {
+		return nil, fmt.Errorf("list the ClusterDeployments of namespace %s: %w", cd.Namespace, err)
+	}
+	shared := map[string]bool{}
+	for i := range list.Items {
+		u := &list.Items[i]
+		if u.GetName() == cd.Name || u.GetAnnotations()[pivot.MirrorAnnotation] != "" {
+			continue
+		}
+		other := &capstanv1.ClusterDeployment{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, other); err != nil {
+			continue
+		}
+		for _, name := range heldUntilCleanup(other) {
+			shared[name] = true
+		}
+		refs := []*capstanv1.KubeConfigReference{other.Spec.KubeConfig}
+		for _, st := range other.Spec.Stages {
+			refs = append(refs, st.KubeConfig)
+		}
+		for _, r := range refs {
+			if r != nil && r.SecretRef != nil {
+				shared[r.SecretRef.Name] = true
+			}
+		}
+	}
+	return shared, nil
+}
+
 // ReleaseHeld deletes from the cluster c reaches the copies of the
 // Secrets a move of cd held there for the walk until the handover (its
 // source's credentials, the bootstrap key). It runs after the cleanup is
@@ -464,8 +505,15 @@ func heldUntilCleanup(cd *capstanv1.ClusterDeployment) []string {
 // the two must find the credentials still there to finish the walk, and
 // the copies gone in the end.
 func ReleaseHeld(ctx context.Context, c client.Client, cd *capstanv1.ClusterDeployment) error {
+	shared, err := sharedSecrets(ctx, c, cd)
+	if err != nil {
+		return err
+	}
 	var errs []error
 	for _, name := range heldUntilCleanup(cd) {
+		if shared[name] {
+			continue
+		}
 		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: cd.Namespace, Name: name}}
 		if err := c.Delete(ctx, secret); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete the copy of Secret %s/%s held for the move: %w", cd.Namespace, name, err))
