@@ -152,9 +152,8 @@ func runDev(ctx context.Context, out io.Writer, f devFlags) error {
 	if err != nil {
 		return err
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: devNamespace}}
-	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create namespace %s: %w", devNamespace, err)
+	if err := ensureDevNamespace(ctx, c); err != nil {
+		return err
 	}
 
 	root, closeRoot, err := devRoot(ctx, p, repo, f)
@@ -410,41 +409,68 @@ func (w *devWatch) look(ctx context.Context) error {
 // stalls, a component stops, or ctx ends (then naming the stage each
 // unready deployment is stuck in).
 func (w *devWatch) untilReady(ctx context.Context) error {
-	tick := time.NewTicker(200 * time.Millisecond)
+	return pollUntil(ctx, w.errc, w.look, func() bool {
+		return len(w.tracked) > 0 && !slices.ContainsFunc(slices.Collect(maps.Values(w.tracked)), func(t *devTracked) bool { return !t.ready })
+	}, w.stuckError)
+}
+
+// devPoll is how often the dev loop looks at the deployments.
+const devPoll = 200 * time.Millisecond
+
+// pollUntil calls look every devPoll until done says so (nil), look fails,
+// a component stops (its error from errc), or ctx ends (stuck's error).
+func pollUntil(ctx context.Context, errc <-chan error, look func(context.Context) error, done func() bool, stuck func(error) error) error {
+	tick := time.NewTicker(devPoll)
 	defer tick.Stop()
 	for {
-		if err := w.look(ctx); err != nil {
+		if err := look(ctx); err != nil {
 			return err
 		}
-		if len(w.tracked) > 0 && !slices.ContainsFunc(slices.Collect(maps.Values(w.tracked)), func(t *devTracked) bool { return !t.ready }) {
+		if done() {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return w.stuckError(ctx.Err())
-		case err := <-w.errc:
+			return stuck(ctx.Err())
+		case err := <-errc:
 			return err
 		case <-tick.C:
 		}
 	}
 }
 
-// keepFollowing prints every later revision's walk, until ctx ends or a
-// component stops. A stalled deployment is reported, not fatal: the next
-// push can fix it.
-func (w *devWatch) keepFollowing(ctx context.Context) error {
-	tick := time.NewTicker(200 * time.Millisecond)
+// keepPolling calls look every devPoll until ctx ends (nil) or a component
+// stops (its error). look's errors are not fatal: the next push can fix
+// what it reports.
+func keepPolling(ctx context.Context, errc <-chan error, look func(context.Context) error) error {
+	tick := time.NewTicker(devPoll)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case err := <-w.errc:
+		case err := <-errc:
 			return err
 		case <-tick.C:
 		}
-		_ = w.look(ctx)
+		_ = look(ctx)
 	}
+}
+
+// ensureDevNamespace creates the namespace the demo's deployments live in.
+func ensureDevNamespace(ctx context.Context, c client.Client) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: devNamespace}}
+	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", devNamespace, err)
+	}
+	return nil
+}
+
+// keepFollowing prints every later revision's walk, until ctx ends or a
+// component stops. A stalled deployment is reported, not fatal: the next
+// push can fix it.
+func (w *devWatch) keepFollowing(ctx context.Context) error {
+	return keepPolling(ctx, w.errc, w.look)
 }
 
 func (w *devWatch) stuckError(cause error) error {

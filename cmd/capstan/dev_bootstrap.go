@@ -12,9 +12,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -134,9 +131,8 @@ func runDevBootstrap(ctx context.Context, out io.Writer, f devFlags) error {
 	if err != nil {
 		return err
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: devNamespace}}
-	if err := boot.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create namespace %s: %w", devNamespace, err)
+	if err := ensureDevNamespace(ctx, boot); err != nil {
+		return err
 	}
 	root, closeRoot, err := devRoot(ctx, p, repo, f)
 	if err != nil {

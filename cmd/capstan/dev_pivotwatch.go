@@ -132,38 +132,11 @@ func isPivot(cd *capstanv1.ClusterDeployment, stage string) bool {
 }
 
 func (w *pivotWatch) untilDone(ctx context.Context) error {
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if err := w.look(ctx); err != nil {
-			return err
-		}
-		if w.done() {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return w.stuckError(ctx.Err())
-		case err := <-w.errc:
-			return err
-		case <-tick.C:
-		}
-	}
+	return pollUntil(ctx, w.errc, w.look, w.done, w.stuckError)
 }
 
 func (w *pivotWatch) keepFollowing(ctx context.Context) error {
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-w.errc:
-			return err
-		case <-tick.C:
-		}
-		_ = w.look(ctx)
-	}
+	return keepPolling(ctx, w.errc, w.look)
 }
 
 // stuckError names where the scenario stopped: the first stage not Ready
