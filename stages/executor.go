@@ -6,12 +6,17 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/fluxcd/cli-utils/pkg/object"
 	"github.com/fluxcd/pkg/ssa"
+	ssautils "github.com/fluxcd/pkg/ssa/utils"
 	"golang.org/x/sync/errgroup"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
@@ -280,8 +285,8 @@ func (e *Executor) Apply(ctx context.Context, objects []*unstructured.Unstructur
 		if labels == nil {
 			labels = map[string]string{}
 		}
-		labels[OwnerGroup+"/name"] = owner.Name
-		labels[OwnerGroup+"/namespace"] = owner.Namespace
+		labels[OwnerNameLabel] = owner.Name
+		labels[OwnerNamespaceLabel] = owner.Namespace
 		labels[StageKey] = stage
 		obj.SetLabels(labels)
 		prepared[i] = obj
@@ -292,7 +297,7 @@ func (e *Executor) Apply(ctx context.Context, objects []*unstructured.Unstructur
 		if len(wave) == 0 {
 			continue
 		}
-		entries, err := e.applyWave(ctx, wave)
+		entries, err := e.applyWave(ctx, wave, owner)
 		cs.Append(entries)
 		if err != nil {
 			return cs, err
@@ -368,19 +373,21 @@ func (e *Executor) waitServed(ctx context.Context, definitions []*unstructured.U
 }
 
 // applyWave applies objects in two phases, each from the worker pool:
-// first a server-side dry-run of every object (which also tells whether it
-// changed), then, only if every dry-run passed, the apply of the objects
-// that changed. A wave with one invalid object applies nothing.
-func (e *Executor) applyWave(ctx context.Context, objects []*unstructured.Unstructured) ([]ssa.ChangeSetEntry, error) {
+// first a look at every object (is it another deployment's, would the
+// apply change it: a GET and a server-side dry-run), then, only if every
+// look passed, the apply of the objects that change. A wave with one
+// invalid object, or one object another deployment owns, applies nothing.
+func (e *Executor) applyWave(ctx context.Context, objects []*unstructured.Unstructured, owner Owner) ([]ssa.ChangeSetEntry, error) {
 	entries := make([]ssa.ChangeSetEntry, len(objects))
 	errs := make([]error, len(objects))
+	owners := &ownerLookup{home: e.home}
 	e.each(objects, func(i int, obj *unstructured.Unstructured) {
-		entry, _, _, err := e.manager.Diff(ctx, obj, ssa.DefaultDiffOptions())
+		entry, err := e.diff(ctx, obj, owner, owners)
 		if err != nil {
-			errs[i] = classifyApplyError(obj, err)
+			errs[i] = err
 			return
 		}
-		entries[i] = *entry
+		entries[i] = entry
 	})
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -402,6 +409,163 @@ func (e *Executor) applyWave(ctx context.Context, objects []*unstructured.Unstru
 		}
 	}
 	return kept, errors.Join(errs...)
+}
+
+// diff looks at the live object of obj: whether owner may apply it
+// (checkOwner), and what applying it would do, from a server-side dry-run
+// (which also validates it).
+func (e *Executor) diff(ctx context.Context, obj *unstructured.Unstructured, owner Owner, owners *ownerLookup) (ssa.ChangeSetEntry, error) {
+	entry := ssa.ChangeSetEntry{
+		ObjMetadata:  object.UnstructuredToObjMetadata(obj),
+		GroupVersion: obj.GroupVersionKind().Version,
+		Subject:      ssautils.FmtUnstructured(obj),
+	}
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(obj.GroupVersionKind())
+	err := e.client.Get(ctx, client.ObjectKeyFromObject(obj), live)
+	exists := err == nil
+	if err != nil && !apierrors.IsNotFound(err) {
+		return entry, classifyApplyError(obj, err)
+	}
+	if exists {
+		if err := owners.check(ctx, obj, live, owner); err != nil {
+			return entry, err
+		}
+	}
+	dryRun := obj.DeepCopy()
+	if err := e.client.Patch(ctx, dryRun, client.Apply, client.DryRunAll, client.ForceOwnership, client.FieldOwner(FieldManager)); err != nil {
+		return entry, classifyApplyError(obj, err)
+	}
+	switch {
+	case !exists:
+		entry.Action = ssa.CreatedAction
+	case changes(live, dryRun, true):
+		entry.Action = ssa.ConfiguredAction
+	default:
+		entry.Action = ssa.UnchangedAction
+	}
+	return entry, nil
+}
+
+// changes reports whether dryRun, the result of applying to live, differs
+// from it: in labels, annotations (withMeta) or anything but metadata and
+// status.
+func changes(live, dryRun *unstructured.Unstructured, withMeta bool) bool {
+	if withMeta && (!apiequality.Semantic.DeepEqual(live.GetLabels(), dryRun.GetLabels()) ||
+		!apiequality.Semantic.DeepEqual(live.GetAnnotations(), dryRun.GetAnnotations())) {
+		return true
+	}
+	strip := func(u *unstructured.Unstructured) map[string]any {
+		c := make(map[string]any, len(u.Object))
+		for k, v := range u.Object {
+			if k != "metadata" && k != "status" {
+				c[k] = v
+			}
+		}
+		return c
+	}
+	return !apiequality.Semantic.DeepEqual(strip(live), strip(dryRun))
+}
+
+// ownerLookup remembers, for one wave, which ClusterDeployments named in
+// objects' owner labels still exist.
+type ownerLookup struct {
+	home client.Client
+	mu   sync.Mutex
+	seen map[Owner]bool
+}
+
+// exists reports whether the ClusterDeployment o exists in the cluster
+// Capstan runs in.
+func (l *ownerLookup) exists(ctx context.Context, o Owner) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ok, found := l.seen[o]; found {
+		return ok, nil
+	}
+	cd := &metav1.PartialObjectMetadata{}
+	cd.SetGroupVersionKind(capstanv1.GroupVersion.WithKind("ClusterDeployment"))
+	err := l.home.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Name}, cd)
+	if meta.IsNoMatchError(err) {
+		err = apierrors.NewNotFound(schema.GroupResource{Group: capstanv1.GroupVersion.Group, Resource: "clusterdeployments"}, o.Name)
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return false, fmt.Errorf("look up ClusterDeployment %s/%s: %w", o.Namespace, o.Name, err)
+	}
+	if l.seen == nil {
+		l.seen = map[Owner]bool{}
+	}
+	l.seen[o] = err == nil
+	return err == nil, nil
+}
+
+// check decides whether owner may apply obj over live, the object of that
+// name in the cluster. An object another existing deployment applied is a
+// conflict. One that no deployment applied (or whose deployment is gone)
+// is adopted when the source says so (capstan.dev/adopt: "true") or when
+// applying changes none of its data; a Secret only when the source says so.
+func (l *ownerLookup) check(ctx context.Context, obj, live *unstructured.Unstructured, owner Owner) error {
+	labels := live.GetLabels()
+	current := Owner{Name: labels[OwnerNameLabel], Namespace: labels[OwnerNamespaceLabel]}
+	if current == owner {
+		return nil
+	}
+	if current.Name != "" {
+		ok, err := l.exists(ctx, current)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return Stalled(fmt.Errorf("%s belongs to ClusterDeployment %s/%s, and %s/%s declares it too: "+
+				"remove it from the source of one of them (an object has one owner; nothing of this stage was applied)",
+				ObjectRef(obj), current.Namespace, current.Name, owner.Namespace, owner.Name))
+		}
+		// Left behind by a deployment deleted with deletionPolicy Orphan.
+		return nil
+	}
+	if obj.GetAnnotations()[AdoptAnnotation] == "true" {
+		return nil
+	}
+	if obj.GetKind() == "Secret" && obj.GroupVersionKind().Group == "" {
+		return Stalled(fmt.Errorf("%s exists and was not applied by Capstan; a Secret is taken over only when the source annotates it %s: \"true\"",
+			ObjectRef(obj), AdoptAnnotation))
+	}
+	if changes(live, withoutMeta(obj, live), false) {
+		return Stalled(fmt.Errorf("%s exists, was not applied by Capstan and differs from the source; "+
+			"to take it over, annotate it in the source with %s: \"true\"", ObjectRef(obj), AdoptAnnotation))
+	}
+	return nil
+}
+
+// withoutMeta returns what applying obj declares of live's data: obj's
+// fields over live's, enough to tell whether obj changes any of them.
+func withoutMeta(obj, live *unstructured.Unstructured) *unstructured.Unstructured {
+	merged := live.DeepCopy()
+	for k, v := range obj.Object {
+		if k == "metadata" || k == "status" || k == "apiVersion" || k == "kind" {
+			continue
+		}
+		merged.Object[k] = mergeValue(merged.Object[k], v)
+	}
+	return merged
+}
+
+// mergeValue lays declared over live the way an apply of maps does:
+// maps merge key by key, anything else is replaced.
+func mergeValue(live, declared any) any {
+	lm, ok1 := live.(map[string]any)
+	dm, ok2 := declared.(map[string]any)
+	if !ok1 || !ok2 {
+		return declared
+	}
+	out := make(map[string]any, len(lm))
+	for k, v := range lm {
+		out[k] = v
+	}
+	for k, v := range dm {
+		out[k] = mergeValue(lm[k], v)
+	}
+	return out
 }
 
 // each calls fn for every object from a pool of e.concurrency workers and

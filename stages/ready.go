@@ -103,7 +103,11 @@ func NewChecker(checks []capstanv1.ReadinessCheck) (*Checker, error) {
 // ready when kstatus computes Current. An expression that fails on the
 // object (a field not there yet) means not ready, not an error: a status
 // field appears only once a controller has written it.
+//
+// A Secret is judged without its data and stringData: no expression, and
+// so no message, can read a Secret's values.
 func (c *Checker) Evaluate(obj *unstructured.Unstructured) Verdict {
+	obj = withoutSecretData(obj)
 	applied := false
 	for _, check := range c.checks {
 		if check.kind != "" && !KindMatches(check.kind, obj) {
@@ -165,4 +169,24 @@ func (c compiledCheck) withDetail(obj *unstructured.Unstructured, msg string) st
 		detail = detail[:maxDetail] + "..."
 	}
 	return msg + ": " + detail
+}
+
+// withoutSecretData returns obj, or for a Secret a copy of it without the
+// fields that hold its values.
+func withoutSecretData(obj *unstructured.Unstructured) *unstructured.Unstructured {
+	if obj.GetKind() != "Secret" || obj.GroupVersionKind().Group != "" {
+		return obj
+	}
+	_, hasData := obj.Object["data"]
+	_, hasString := obj.Object["stringData"]
+	if !hasData && !hasString {
+		return obj
+	}
+	cp := &unstructured.Unstructured{Object: make(map[string]any, len(obj.Object))}
+	for k, v := range obj.Object {
+		if k != "data" && k != "stringData" {
+			cp.Object[k] = v
+		}
+	}
+	return cp
 }

@@ -351,3 +351,36 @@ func TestMessageExpressionDetail(t *testing.T) {
 		}
 	}
 }
+
+// A readiness check never sees a Secret's values, so no message can carry
+// one: not through messageExpression, not through an error that quotes
+// the object.
+func TestCheckerHidesSecretData(t *testing.T) {
+	secret := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Secret",
+		"metadata":   map[string]any{"name": "creds", "namespace": "ns"},
+		"data":       map[string]any{"password": "cGxhbnRlZC1zZWNyZXQ="}, // planted-secret
+		"stringData": map[string]any{"token": "planted-token"},
+	}}
+	c, err := stages.NewChecker([]capstanv1.ReadinessCheck{{
+		Kind: "Secret", CEL: "has(object.data) && object.data.password == ''",
+		MessageExpression: "string(object.data) + string(object.stringData)",
+	}, {
+		Kind: "Secret", CEL: "object.data.password.size() == 0",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := c.Evaluate(secret)
+	if v.Ready {
+		t.Fatalf("Evaluate = %+v, want not ready: the checks cannot see data", v)
+	}
+	for _, planted := range []string{"cGxhbnRlZC1zZWNyZXQ=", "planted-secret", "planted-token"} {
+		if strings.Contains(v.Message, planted) {
+			t.Errorf("message %q carries the Secret's value %q", v.Message, planted)
+		}
+	}
+	if _, ok := secret.Object["data"]; !ok {
+		t.Error("Evaluate removed data from the caller's Secret")
+	}
+}

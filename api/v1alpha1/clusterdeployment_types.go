@@ -61,7 +61,60 @@ type ClusterDeploymentSpec struct {
 	// stage waits (InProgress), it does not fail.
 	// +optional
 	KubeConfig *KubeConfigReference `json:"kubeConfig,omitempty"`
+
+	// Prune says what happens to objects this deployment applied and its
+	// source no longer declares: they are deleted once the new revision is
+	// Ready, in reverse stage order, except objects labelled or annotated
+	// capstan.dev/prune: disabled and, unless Destructive is set, objects
+	// of destructive kinds (docs/ownership.md).
+	// +optional
+	Prune *PruneSpec `json:"prune,omitempty"`
+
+	// DeletionPolicy says what deleting this ClusterDeployment does to the
+	// objects it applied: Delete (the default) deletes them in reverse
+	// stage order, under the same rules as pruning; Orphan leaves them.
+	// +optional
+	// +kubebuilder:validation:Enum=Delete;Orphan
+	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+
+	// Drift says what happens when an applied object is deleted or a field
+	// Capstan applied is changed by someone else: correct (the default)
+	// applies that object again, report only emits an event and counts
+	// it, ignore does neither.
+	// +optional
+	// +kubebuilder:validation:Enum=correct;report;ignore
+	Drift DriftPolicy `json:"drift,omitempty"`
 }
+
+// PruneSpec tunes pruning.
+type PruneSpec struct {
+	// Destructive allows pruning (and deleting, with deletionPolicy
+	// Delete) objects of destructive kinds: those whose deletion destroys
+	// machines or data, such as Cluster, BareMetalHost, Metal3Cluster,
+	// Namespace and CustomResourceDefinition. Without it such objects are
+	// kept and status.inventory.pendingPrune names them.
+	// +optional
+	Destructive bool `json:"destructive,omitempty"`
+}
+
+// DeletionPolicy is what deleting a ClusterDeployment does to what it applied.
+type DeletionPolicy string
+
+// Deletion policies.
+const (
+	DeletionPolicyDelete DeletionPolicy = "Delete"
+	DeletionPolicyOrphan DeletionPolicy = "Orphan"
+)
+
+// DriftPolicy is what Capstan does about changes made to applied objects.
+type DriftPolicy string
+
+// Drift policies.
+const (
+	DriftCorrect DriftPolicy = "correct"
+	DriftReport  DriftPolicy = "report"
+	DriftIgnore  DriftPolicy = "ignore"
+)
 
 // KubeConfigReference says where a kubeconfig is read from: a Secret
 // named outright, or the Secret Cluster API writes for a Cluster the
@@ -487,6 +540,47 @@ type ClusterDeploymentStatus struct {
 	// point resumes where it was (docs/pivot.md).
 	// +optional
 	Pivot *PivotStatus `json:"pivot,omitempty"`
+	// Inventory lists every object this deployment applied, by stage, so
+	// that objects its source drops are pruned and drift is watched.
+	// +optional
+	Inventory *Inventory `json:"inventory,omitempty"`
+}
+
+// Inventory is what a deployment applied, one group per stage in plan
+// order, compactly (like Flux's).
+type Inventory struct {
+	// Stages holds the applied objects of each apply stage.
+	// +optional
+	Stages []InventoryStage `json:"stages,omitempty"`
+	// PendingPrune lists the objects the source no longer declares that
+	// are kept because pruning them needs spec.prune.destructive, by
+	// the same ID as the entries.
+	// +optional
+	PendingPrune []string `json:"pendingPrune,omitempty"`
+}
+
+// InventoryStage is the objects one stage applied, on one cluster.
+type InventoryStage struct {
+	// Name is the stage's name.
+	Name string `json:"name"`
+	// KubeConfig is the kubeconfig Secret the stage's cluster was reached
+	// through, when it is not the one Capstan runs in.
+	// +optional
+	KubeConfig *SecretKeyReference `json:"kubeConfig,omitempty"`
+	// KubeConfigNamespace is the namespace of that Secret.
+	// +optional
+	KubeConfigNamespace string `json:"kubeConfigNamespace,omitempty"`
+	// Entries are the stage's objects.
+	// +optional
+	Entries []InventoryEntry `json:"entries,omitempty"`
+}
+
+// InventoryEntry is one applied object.
+type InventoryEntry struct {
+	// ID is namespace_name_group_kind (cli-utils' ObjMetadata form).
+	ID string `json:"id"`
+	// Version is the API version it was applied with.
+	Version string `json:"v"`
 }
 
 // PivotPhase is how far a move has come. The phases run in the order
