@@ -114,8 +114,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !cd.DeletionTimestamp.IsZero() {
-		r.forget(cd.Namespace, cd.Name)
-		return reconcile.Result{}, nil
+		return r.finalize(ctx, cd)
 	}
 	if moved(cd) {
 		// A mirror of a deployment that moved into another cluster: its
@@ -127,6 +126,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// it (the pivot stage) after a restart, and nothing else.
 		r.metrics.RecordSuspended(cd)
 		return reconcile.Result{}, nil
+	}
+	if err := r.ensureFinalizer(ctx, cd); err != nil {
+		return reconcile.Result{}, err
 	}
 	begin := time.Now()
 	a := &attempt{cd: cd, outcome: metrics.OutcomeSuccess}

@@ -63,6 +63,9 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 			moved = res.Moved
 			r.metrics.CountApply(cd, res.ChangeSet)
 			before = cd.DeepCopy()
+			if res.Applied {
+				recordInventory(cd, exec, stage, a.plan)
+			}
 			r.recordResult(cd, st(), stage, res)
 			if err := r.patchStatus(ctx, before, cd); err != nil {
 				return false, err
@@ -150,9 +153,17 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 		return true, nil
 	}
 
+	// Every stage is Ready: what the revision no longer applies goes now.
+	if done, err := r.prune(ctx, a); err != nil || !done {
+		return !done, err
+	}
 	before = cd.DeepCopy()
 	cd.Status.CurrentStage = ""
-	setCondition(cd, capstanv1.ConditionReady, true, "Succeeded", fmt.Sprintf("all %d stages ready at %s", len(a.plan.Stages), a.revision))
+	ready := fmt.Sprintf("all %d stages ready at %s", len(a.plan.Stages), a.revision)
+	if inv := cd.Status.Inventory; inv != nil && len(inv.PendingPrune) > 0 {
+		ready += fmt.Sprintf("; %d objects the source dropped wait to be pruned (status.inventory.pendingPrune): set spec.prune.destructive to delete them", len(inv.PendingPrune))
+	}
+	setCondition(cd, capstanv1.ConditionReady, true, "Succeeded", ready)
 	setCondition(cd, capstanv1.ConditionReconciling, false, "Succeeded", "")
 	if err := r.patchStatus(ctx, before, cd); err != nil {
 		return false, err

@@ -191,19 +191,24 @@ func (r PruneResult) Done() bool { return len(r.Deleting) == 0 }
 type PruneOptions struct {
 	// Destructive allows deleting objects of destructive kinds.
 	Destructive bool
+	// DryRun only looks: what would be deleted is returned in Deleting.
+	DryRun bool
 }
 
 // Prune deletes the objects of entries that belong to owner, except those
 // marked capstan.dev/prune: disabled and, unless opts.Destructive,
-// those of destructive kinds. It does not wait: objects still being
+// those of destructive kinds. With opts.DryRun it deletes nothing and
+// returns what it would delete in Deleting. It does not wait: objects still being
 // deleted are returned in Deleting, and the next pass finds them gone.
 func (e *Executor) Prune(ctx context.Context, entries []capstanv1.InventoryEntry, owner Owner, opts PruneOptions) (PruneResult, error) {
 	var res PruneResult
 	if len(entries) == 0 {
 		return res, nil
 	}
-	if err := e.checkFence(ctx, owner); err != nil {
-		return res, fmt.Errorf("prune: %w", err)
+	if !opts.DryRun {
+		if err := e.checkFence(ctx, owner); err != nil {
+			return res, fmt.Errorf("prune: %w", err)
+		}
 	}
 	var errs []error
 	for _, entry := range entries {
@@ -236,7 +241,7 @@ func (e *Executor) Prune(ctx context.Context, entries []capstanv1.InventoryEntry
 		case IsDestructive(id.GroupKind) && !opts.Destructive:
 			res.Held = append(res.Held, entry.ID)
 			continue
-		case live.GetDeletionTimestamp() != nil:
+		case live.GetDeletionTimestamp() != nil, opts.DryRun:
 			res.Deleting = append(res.Deleting, entry.ID)
 			continue
 		}
@@ -270,4 +275,12 @@ func EntryRef(id string) string {
 		return id
 	}
 	return entryRef(m)
+}
+
+// AnyDestructive reports whether some entry is of a destructive kind.
+func AnyDestructive(entries []capstanv1.InventoryEntry) bool {
+	return slices.ContainsFunc(entries, func(e capstanv1.InventoryEntry) bool {
+		m, err := object.ParseObjMetadata(e.ID)
+		return err == nil && IsDestructive(m.GroupKind)
+	})
 }
