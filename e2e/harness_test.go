@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/internal/testenv"
 	"github.com/capstan-dev/capstan/reconciler"
 )
 
@@ -41,9 +42,8 @@ func newNamespace(t testing.TB) string {
 	// Every daemon watches every namespace: a deployment left behind would
 	// keep the daemons of later tests busy and spoil their request counts.
 	t.Cleanup(func() {
-		err := newClient(t).DeleteAllOf(context.Background(), &capstanv1.ClusterDeployment{}, client.InNamespace(ns))
-		if err != nil {
-			t.Errorf("delete the ClusterDeployments of %s: %v", ns, err)
+		if err := testenv.DeleteAll(context.Background(), newClient(t), &capstanv1.ClusterDeploymentList{}, ns); err != nil {
+			t.Errorf("delete the ClusterDeployments: %v", err)
 		}
 	})
 	return ns

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -193,8 +194,19 @@ func New(opts Options) (*Daemon, error) {
 		workers = 4
 	}
 	pushes := make(chan event.GenericEvent, 64)
+	drifts := make(chan event.GenericEvent, 1024)
+	meta, err := metadata.NewForConfig(opts.Config)
+	if err != nil {
+		return nil, fmt.Errorf("new daemon: create metadata client: %w", err)
+	}
+	r.drift = newDriftWatcher(meta, mgr.GetRESTMapper(), drifts)
+	if err := mgr.Add(r.drift); err != nil {
+		return nil, fmt.Errorf("new daemon: add drift watcher: %w", err)
+	}
 	err = ctrl.NewControllerManagedBy(mgr).
 		WatchesRawSource(source.Channel(pushes, &handler.EnqueueRequestForObject{})).
+		// Applied objects that drifted wake their deployment.
+		WatchesRawSource(source.Channel(drifts, &handler.EnqueueRequestForObject{})).
 		// A deployment that others depend on wakes them when its
 		// readiness changes.
 		Watches(&capstanv1.ClusterDeployment{}, handler.EnqueueRequestsFromMapFunc(r.dependents),

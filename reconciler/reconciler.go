@@ -43,6 +43,7 @@ type Reconciler struct {
 	executor *stages.Executor
 	sources  *sourceCache
 	clusters *clusterCache
+	drift    *driftWatcher
 	events   recorder.EventRecorder
 	metrics  *metrics.Collector
 	opts     ReconcilerOptions
@@ -99,6 +100,9 @@ type attempt struct {
 	// outcome is how the attempt ended, for metrics. A stage still
 	// waiting is a success.
 	outcome metrics.Outcome
+	// driftOnly is set when nothing changed but applied objects drifted:
+	// the attempt corrects them and walks no stage.
+	driftOnly bool
 }
 
 // step is one part of a reconcile. done ends the walk early without error.
@@ -115,6 +119,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if !cd.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, cd)
+	}
+	if moved(cd) || (cd.Spec.Suspend && !pivoting(cd)) {
+		// Nothing here corrects the objects of a mirror or of a
+		// suspended deployment.
+		r.drift.forget(client.ObjectKeyFromObject(cd))
 	}
 	if moved(cd) {
 		// A mirror of a deployment that moved into another cluster: its
@@ -139,7 +148,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 }
 
 func (r *Reconciler) runSteps(ctx context.Context, a *attempt) (reconcile.Result, error) {
-	steps := []step{r.checkSource, r.fetchArtifact, r.renderObjects, r.buildPlan, r.checkDependencies, r.walkStages}
+	steps := []step{r.checkSource, r.fetchArtifact, r.renderObjects, r.buildPlan, r.driftOnly, r.checkDependencies, r.walkStages}
 	for _, s := range steps {
 		done, err := s(ctx, a)
 		if err != nil {
@@ -162,6 +171,7 @@ func (r *Reconciler) forget(namespace, name string) {
 	if r.clusters != nil {
 		r.clusters.forget(namespace, name)
 	}
+	r.drift.forget(types.NamespacedName{Namespace: namespace, Name: name})
 }
 
 func (r *Reconciler) requeueAfter(a *attempt) time.Duration {
@@ -200,6 +210,13 @@ func (r *Reconciler) checkSource(ctx context.Context, a *attempt) (bool, error) 
 	st := a.cd.Status
 	if st.Revision == rev && st.ObservedGeneration == a.cd.Generation {
 		if conditionTrue(a.cd, capstanv1.ConditionReady) {
+			r.drift.track(a.cd)
+			if r.drift.has(client.ObjectKeyFromObject(a.cd)) {
+				// Nothing changed, but applied objects drifted: render
+				// the revision again to correct them.
+				a.driftOnly = true
+				return false, nil
+			}
 			return true, nil
 		}
 		if conditionTrue(a.cd, capstanv1.ConditionStalled) {
@@ -325,6 +342,15 @@ func (r *Reconciler) buildPlan(_ context.Context, a *attempt) (bool, error) {
 	}
 	a.plan = plan
 	return false, nil
+}
+
+// driftOnly corrects the objects that drifted of a deployment that is
+// Ready at this revision, and ends the attempt.
+func (r *Reconciler) driftOnly(ctx context.Context, a *attempt) (bool, error) {
+	if !a.driftOnly {
+		return false, nil
+	}
+	return true, r.correctDrift(ctx, a, r.drift.take(client.ObjectKeyFromObject(a.cd)))
 }
 
 // fail records a failed attempt: the Ready condition says why, Stalled is

@@ -169,6 +169,11 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 		return false, err
 	}
 	r.failures.reset(client.ObjectKeyFromObject(cd))
+	// Watch what is applied now; correct what drifted meanwhile.
+	r.drift.track(cd)
+	if err := r.correctDrift(ctx, a, r.drift.take(client.ObjectKeyFromObject(cd))); err != nil {
+		return false, err
+	}
 	if !conditionTrue(before, capstanv1.ConditionReady) {
 		r.event(cd, "Normal", "Ready", "all %d stages ready at %s", len(a.plan.Stages), a.revision)
 	}

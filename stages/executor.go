@@ -280,16 +280,7 @@ func failed(res Result, err error) Result {
 func (e *Executor) Apply(ctx context.Context, objects []*unstructured.Unstructured, stage string, owner Owner) (*ssa.ChangeSet, error) {
 	prepared := make([]*unstructured.Unstructured, len(objects))
 	for i, obj := range objects {
-		obj = obj.DeepCopy()
-		labels := obj.GetLabels()
-		if labels == nil {
-			labels = map[string]string{}
-		}
-		labels[OwnerNameLabel] = owner.Name
-		labels[OwnerNamespaceLabel] = owner.Namespace
-		labels[StageKey] = stage
-		obj.SetLabels(labels)
-		prepared[i] = obj
+		prepared[i] = ownedBy(obj, stage, owner)
 	}
 	first, rest := splitDefinitions(prepared)
 	cs := ssa.NewChangeSet()
@@ -310,6 +301,34 @@ func (e *Executor) Apply(ctx context.Context, objects []*unstructured.Unstructur
 		}
 	}
 	return cs, nil
+}
+
+// ownedBy returns a copy of obj labelled with its deployment and stage.
+func ownedBy(obj *unstructured.Unstructured, stage string, owner Owner) *unstructured.Unstructured {
+	obj = obj.DeepCopy()
+	labels := obj.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[OwnerNameLabel] = owner.Name
+	labels[OwnerNamespaceLabel] = owner.Namespace
+	labels[StageKey] = stage
+	obj.SetLabels(labels)
+	return obj
+}
+
+// Reapply applies one object of a stage again, at once: the correction of
+// drift, for an object the stage applied before. One request, after the
+// fencing check.
+func (e *Executor) Reapply(ctx context.Context, obj *unstructured.Unstructured, stage string, owner Owner) error {
+	if err := e.checkFence(ctx, owner); err != nil {
+		return fmt.Errorf("apply %s again: %w", ObjectRef(obj), err)
+	}
+	applied := ownedBy(obj, stage, owner)
+	if err := e.client.Patch(ctx, applied, client.Apply, client.ForceOwnership, client.FieldOwner(FieldManager)); err != nil {
+		return classifyApplyError(obj, err)
+	}
+	return nil
 }
 
 // crdEstablishTimeout bounds the wait for a stage's CRDs when ctx allows

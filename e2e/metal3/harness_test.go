@@ -54,9 +54,8 @@ func newNamespace(t testing.TB, prefix string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		err := newClient(t).DeleteAllOf(context.Background(), &capstanv1.ClusterDeployment{}, client.InNamespace(ns))
-		if err != nil {
-			t.Errorf("delete the ClusterDeployments of %s: %v", ns, err)
+		if err := testenv.DeleteAll(context.Background(), newClient(t), &capstanv1.ClusterDeploymentList{}, ns); err != nil {
+			t.Errorf("delete the ClusterDeployments: %v", err)
 		}
 	})
 	return ns

@@ -27,6 +27,7 @@ const (
 	SourceRevisionInfo        = Prefix + "source_revision_info"
 	ApplyObjectsTotal         = Prefix + "apply_objects_total"
 	PivotState                = Prefix + "pivot_state"
+	DriftCorrectionsTotal     = Prefix + "drift_corrections_total"
 	labelNamespace, labelName = "namespace", "cluster"
 )
 
@@ -100,6 +101,7 @@ type Collector struct {
 	sourceInterval    *prometheus.GaugeVec
 	revisionInfo      *prometheus.GaugeVec
 	applyObjects      *prometheus.CounterVec
+	drift             *prometheus.CounterVec
 	pivotState        *prometheus.GaugeVec
 
 	now func() time.Time
@@ -215,6 +217,10 @@ func newCollector() *Collector {
 			Name: ApplyObjectsTotal,
 			Help: "Objects applied by stages of the ClusterDeployment, by what the apply did (created, configured, unchanged, ...).",
 		}, append(perDeployment, "action")),
+		drift: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: DriftCorrectionsTotal,
+			Help: "Applied objects found deleted or changed by another field manager, by what Capstan did: corrected (applied again) or reported (spec.drift: report).",
+		}, append(perDeployment, "action")),
 		pivotState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: PivotState,
 			Help: "1 for the last phase a move of the ClusterDeployment into another cluster finished (status.pivot.phase), 0 for the other phases; absent without a move.",
@@ -240,7 +246,7 @@ func (c *Collector) collectors() []prometheus.Collector {
 		c.stageState, c.stageStarted, c.stageDuration, c.stageStuck,
 		c.reconcileDuration, c.failures,
 		c.sourceDuration, c.sourceSuccess, c.sourceInterval, c.revisionInfo,
-		c.applyObjects, c.pivotState,
+		c.applyObjects, c.drift, c.pivotState,
 	}
 }
 
@@ -253,7 +259,7 @@ func (c *Collector) perDeployment() []interface {
 		DeletePartialMatch(prometheus.Labels) int
 	}{
 		c.stageState, c.stageStarted, c.stageStuck, c.failures,
-		c.sourceSuccess, c.sourceInterval, c.revisionInfo, c.applyObjects, c.pivotState,
+		c.sourceSuccess, c.sourceInterval, c.revisionInfo, c.applyObjects, c.drift, c.pivotState,
 	}
 }
 

@@ -149,3 +149,15 @@ func (c *Collector) Forget(namespace, name string) {
 	}
 	delete(c.deployments, key{namespace, name})
 }
+
+// Drift actions.
+const (
+	DriftCorrected = "corrected"
+	DriftReported  = "reported"
+)
+
+// CountDrift counts one drifted object of the deployment and what was done
+// about it (DriftCorrected, DriftReported).
+func (c *Collector) CountDrift(cd *capstanv1.ClusterDeployment, action string) {
+	c.drift.WithLabelValues(cd.Namespace, cd.Name, action).Inc()
+}
