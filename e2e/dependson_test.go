@@ -84,8 +84,12 @@ func TestDependsOnCycleIsReportedUntilBroken(t *testing.T) {
 	}
 	secret := gitSecret(t, c, ns)
 	startDaemon(t, nil)
+	// Each deployment applies the overlay into a namespace of its own: an
+	// object has one owner.
+	objectsOf := map[string]string{"a": newNamespace(t), "b": ns}
 	for _, pair := range [][2]string{{"a", "b"}, {"b", "a"}} {
 		spec := twoStageSpec(url, ns, secret)
+		spec.Substitute = map[string]string{"NS": objectsOf[pair[0]]}
 		spec.DependsOn = []capstanv1.DependencyReference{{Name: pair[1]}}
 		createDeployment(t, c, ns, pair[0], spec)
 	}
@@ -97,8 +101,10 @@ func TestDependsOnCycleIsReportedUntilBroken(t *testing.T) {
 	if msg := condition(cd, capstanv1.ConditionReady).Message; !strings.Contains(msg, want) {
 		t.Errorf("Ready message %q does not show the cycle %s", msg, want)
 	}
-	if object(t, c, widgetGVK, ns, "infra") != nil {
-		t.Error("a deployment of the cycle applied its objects")
+	for _, objNS := range objectsOf {
+		if object(t, c, widgetGVK, objNS, "infra") != nil {
+			t.Error("a deployment of the cycle applied its objects")
+		}
 	}
 
 	// Breaking the cycle on b lets b start at once, and a after it.
@@ -111,5 +117,9 @@ func TestDependsOnCycleIsReportedUntilBroken(t *testing.T) {
 		return stage(cd, "Infra").AppliedAt != nil
 	})
 	setWidgetReady(t, c, ns, "infra")
-	waitDeployment(t, c, ns, "a", "Ready once b is", isReady)
+	waitDeployment(t, c, ns, "a", "stage Infra applied once b is Ready", func(cd *capstanv1.ClusterDeployment) bool {
+		return stage(cd, "Infra").AppliedAt != nil
+	})
+	setWidgetReady(t, c, objectsOf["a"], "infra")
+	waitDeployment(t, c, ns, "a", "Ready", isReady)
 }

@@ -82,8 +82,9 @@ func TestRootSourceManagesCommittedDeployments(t *testing.T) {
 		err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "alpha"}, &capstanv1.ClusterDeployment{})
 		return apierrors.IsNotFound(err), err
 	})
-	if object(t, c, configMapGVK, ns, "alpha-settings") == nil {
-		t.Error("removing alpha from git deleted its ConfigMap; it must be kept (no pruning)")
+	// Its deletion policy is the default, Delete: what it applied goes.
+	if object(t, c, configMapGVK, ns, "alpha-settings") != nil {
+		t.Error("removing alpha from git left its ConfigMap; deletionPolicy Delete (the default) deletes it")
 	}
 	// beta reads the same repository, so the removal is a new revision for
 	// it too: it walks its stages again and is Ready at that revision.

@@ -46,8 +46,8 @@ type RootOptions struct {
 
 // rootSource is a manager runnable that keeps the set of ClusterDeployments
 // in the cluster equal to the set committed under the root path. A
-// deployment removed from git is deleted from the cluster, which stops
-// managing it; the objects it applied stay (there is no pruning).
+// deployment removed from git is deleted from the cluster; what it applied
+// follows its deletion policy (finalize).
 type rootSource struct {
 	opts   RootOptions
 	id     string
