@@ -27,7 +27,7 @@ func cm(name, stage string, extra ...string) string {
 	for _, e := range extra {
 		labels += ", " + e
 	}
-	return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: %s, namespace: ${NS}, labels: {%s}}\ndata: {k: v}\n---\n", name, labels)
+	return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: %s, namespace: '${NS}', labels: {%s}}\ndata: {k: v}\n---\n", name, labels)
 }
 
 func ownedRepo(objects string) map[string]string {
@@ -75,7 +75,7 @@ func TestPruneDeletesWhatTheSourceDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster := "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata: {name: doomed, namespace: ${NS}, labels: {capstan.dev/stage: A}}\nspec: {}\n---\n"
+	cluster := "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata: {name: doomed, namespace: '${NS}', labels: {capstan.dev/stage: A}}\nspec: {clusterNetwork: {pods: {cidrBlocks: [10.0.0.0/16]}}}\n---\n"
 	v1 := cm("a-keep", "A") + cm("a-drop", "A") + cm("a-disabled", "A", "capstan.dev/prune: disabled") + cm("a-second", "A") + cluster +
 		strings.Replace(cm("b-drop", "B"), "labels:", "finalizers: [e2e.capstan.dev/hold], labels:", 1)
 	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, ownedRepo(v1), "v1"); err != nil {
@@ -302,7 +302,7 @@ func TestOneOwnerPerObject(t *testing.T) {
 	second := map[string]string{
 		"clusters/second/kustomization.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [objects.yaml]\n",
 		"clusters/second/objects.yaml": strings.ReplaceAll(cm("own", "A")+cm("shared", "A"), "{k: v}", "{k: second}") +
-			"apiVersion: v1\nkind: Secret\nmetadata: {name: creds, namespace: ${NS}, labels: {capstan.dev/stage: S}}\nstringData: {password: planted-s3cret-value}\n",
+			"apiVersion: v1\nkind: Secret\nmetadata: {name: creds, namespace: '${NS}', labels: {capstan.dev/stage: S}}\nstringData: {password: planted-s3cret-value}\n",
 	}
 	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, second, "second"); err != nil {
 		t.Fatal(err)

@@ -264,55 +264,52 @@ func (w *driftWatcher) mark(key types.NamespacedName, id, what string) {
 // tookOver returns the field manager that took fields Capstan applied
 // away from it between oldObj and newObj, or "". Fields change hands when
 // another manager updates them (kubectl edit, a patch) or applies them
-// with force. Capstan's own managers (capstan-scale, capstan-rollout)
-// changing fields is the plan at work, not drift.
+// with force: Capstan's managed-fields entry changes while its time stays,
+// since Capstan did not write. (Capstan's own apply updates the time; two
+// applies within one second look like drift and cost one more apply.)
+// Capstan's other managers (capstan-scale, capstan-rollout) taking fields
+// is the plan at work, not drift.
 func tookOver(oldObj, newObj any) string {
 	o, ok1 := oldObj.(*metav1.PartialObjectMetadata)
 	n, ok2 := newObj.(*metav1.PartialObjectMetadata)
 	if !ok1 || !ok2 || o.ResourceVersion == n.ResourceVersion {
 		return ""
 	}
-	before, after := appliedFields(o), appliedFields(n)
-	if before == nil || (after != nil && bytes.Equal(before.Raw, after.Raw)) {
+	before, after := appliedEntry(o), appliedEntry(n)
+	switch {
+	case before == nil:
 		return ""
+	case after != nil && fieldsEqual(before.FieldsV1, after.FieldsV1):
+		return ""
+	case after != nil && !timeEqual(before.Time, after.Time):
+		return "" // Capstan applied
 	}
-	// Who wrote last: the newest entry that is not Capstan's apply.
+	// Who wrote last, of the managers that are not Capstan's.
 	var who string
-	var when metav1.Time
+	var when *metav1.Time
 	for _, mf := range n.ManagedFields {
-		if mf.Subresource != "" || mf.Time == nil {
+		if mf.Subresource != "" || strings.HasPrefix(mf.Manager, stages.FieldManager) {
 			continue
 		}
-		if strings.HasPrefix(mf.Manager, stages.FieldManager) {
-			continue
-		}
-		if who == "" || when.Before(mf.Time) {
-			who, when = mf.Manager, *mf.Time
-		}
-	}
-	if who == "" {
-		// Only Capstan's managers wrote: a new revision applied, or a
-		// scale or rollout stage at work.
-		return ""
-	}
-	if after != nil {
-		if entry := appliedEntry(n); entry != nil && entry.Time != nil && !entry.Time.Before(&when) {
-			// Capstan applied after the other manager wrote.
-			return ""
+		if who == "" || (mf.Time != nil && (when == nil || when.Before(mf.Time))) {
+			who, when = mf.Manager, mf.Time
 		}
 	}
 	return who
 }
 
-// appliedFields returns the fields Capstan's apply owns on obj, or nil.
-func appliedFields(obj *metav1.PartialObjectMetadata) *metav1.FieldsV1 {
-	if e := appliedEntry(obj); e != nil {
-		if e.FieldsV1 == nil {
-			return &metav1.FieldsV1{}
-		}
-		return e.FieldsV1
+func fieldsEqual(a, b *metav1.FieldsV1) bool {
+	if a == nil || b == nil {
+		return a == b
 	}
-	return nil
+	return bytes.Equal(a.Raw, b.Raw)
+}
+
+func timeEqual(a, b *metav1.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(b)
 }
 
 func appliedEntry(obj *metav1.PartialObjectMetadata) *metav1.ManagedFieldsEntry {
