@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +17,7 @@ import (
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/internal/gitserver"
+	"github.com/capstan-dev/capstan/reconciler"
 	"github.com/capstan-dev/capstan/stages"
 )
 
@@ -202,7 +204,8 @@ func TestDriftIsCorrected(t *testing.T) {
 	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, ownedRepo(cm("deleted", "A")+cm("edited", "A")), "v1"); err != nil {
 		t.Fatal(err)
 	}
-	_, api := startDaemon(t, nil)
+	reg := prometheus.NewRegistry()
+	_, api := startDaemonWith(t, nil, func(o *reconciler.Options) { o.MetricsRegistry = reg })
 	createDeployment(t, c, ns, "owned", ownedSpec(url, ns, gitSecret(t, c, ns), "A"))
 	waitDeployment(t, c, ns, "owned", "Ready", isReady)
 
@@ -235,12 +238,14 @@ func TestDriftIsCorrected(t *testing.T) {
 	if n := appliesTo(api, ns, "configmaps", "edited") - edited; n != 1 {
 		t.Errorf("the edited ConfigMap was applied %d times, want 1", n)
 	}
-	waitFor(t, "two DriftCorrected events", func() (bool, error) {
-		return eventReasons(t, c, ns, "owned")["DriftCorrected"] >= 2, nil
-	})
-	messages := eventMessages(t, c, ns, "owned", "DriftCorrected")
-	if !strings.Contains(messages, "ConfigMap/"+ns+"/deleted was deleted") || !strings.Contains(messages, "changed by kubectl-edit") {
-		t.Errorf("DriftCorrected events %q do not say what happened to which object", messages)
+	if n := driftCount(t, reg, ns, "owned", "corrected"); n != 2 {
+		t.Errorf("capstan_drift_corrections_total{action=corrected} = %v, want 2", n)
+	}
+	// Events of one reason on one object fold into one series; its note
+	// is the first one's.
+	waitFor(t, "a DriftCorrected event", func() (bool, error) { return eventReasons(t, c, ns, "owned")["DriftCorrected"] > 0, nil })
+	if msg := eventMessages(t, c, ns, "owned", "DriftCorrected"); !strings.Contains(msg, "ConfigMap/"+ns+"/deleted was deleted") {
+		t.Errorf("DriftCorrected event %q does not say what happened to which object", msg)
 	}
 
 	// Nothing changes any more: three polls cost no API request.
@@ -265,9 +270,37 @@ func TestDriftIsCorrected(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "a DriftDetected event", func() (bool, error) { return eventReasons(t, c, ns, "owned")["DriftDetected"] > 0, nil })
+	if n := driftCount(t, reg, ns, "owned", "reported"); n != 1 {
+		t.Errorf("capstan_drift_corrections_total{action=reported} = %v, want 1", n)
+	}
 	if object(t, c, configMapGVK, ns, "deleted") != nil {
 		t.Error("with spec.drift: report, the deleted ConfigMap was restored")
 	}
+}
+
+// driftCount reads capstan_drift_corrections_total of a deployment and
+// action from reg.
+func driftCount(t testing.TB, reg *prometheus.Registry, ns, name, action string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "capstan_drift_corrections_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["namespace"] == ns && labels["cluster"] == name && labels["action"] == action {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 func eventMessages(t testing.TB, c client.Client, ns, name, reason string) string {
