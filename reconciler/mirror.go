@@ -36,9 +36,14 @@ func arriving(cd *capstanv1.ClusterDeployment) bool {
 }
 
 // moved reports whether the deployment is a mirror of one that moved
-// into another cluster and was handed over there.
+// into another cluster: handed over there by a pivot stage, or moved by
+// hand (capstan pivot, which ends when the source is clean).
 func moved(cd *capstanv1.ClusterDeployment) bool {
-	return cd.Annotations[pivot.MirrorAnnotation] != "" && cd.Status.Pivot != nil && cd.Status.Pivot.Phase == capstanv1.PivotCleanedUp
+	st := cd.Status.Pivot
+	if cd.Annotations[pivot.MirrorAnnotation] == "" || st == nil {
+		return false
+	}
+	return st.Phase == capstanv1.PivotCleanedUp || (st.Stage == "" && st.Phase.Reached(capstanv1.PivotSourceCleaned))
 }
 
 // refreshMirror copies the status of the deployment, its Clusters and its

@@ -8,6 +8,7 @@ import (
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/stages"
+	"github.com/capstan-dev/capstan/stages/pivot"
 )
 
 // The wait of an attempt ends when the stage passes its stuckAfter, so that
@@ -35,5 +36,28 @@ func TestWaitSliceEndsWhenTheStageBecomesStuck(t *testing.T) {
 				t.Errorf("waitSlice = %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestMovedCoversMovesByHand(t *testing.T) {
+	mirror := func(stage string, phase capstanv1.PivotPhase) *capstanv1.ClusterDeployment {
+		cd := &capstanv1.ClusterDeployment{}
+		cd.Annotations = map[string]string{pivot.MirrorAnnotation: "target"}
+		cd.Status.Pivot = &capstanv1.PivotStatus{Stage: stage, Phase: phase}
+		return cd
+	}
+	for i, tc := range []struct {
+		cd   *capstanv1.ClusterDeployment
+		want bool
+	}{
+		{mirror("PivotDone", capstanv1.PivotCleanedUp), true},
+		{mirror("PivotDone", capstanv1.PivotSourceCleaned), false}, // the stage still hands over
+		{mirror("", capstanv1.PivotSourceCleaned), true},           // by hand: done once the source is clean
+		{mirror("", capstanv1.PivotCopied), false},
+		{&capstanv1.ClusterDeployment{}, false},
+	} {
+		if got := moved(tc.cd); got != tc.want {
+			t.Errorf("case %d: moved(%+v) = %v, want %v", i, tc.cd.Status.Pivot, got, tc.want)
+		}
 	}
 }

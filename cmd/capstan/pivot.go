@@ -12,13 +12,17 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/yaml"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
@@ -33,6 +37,9 @@ type pivotFlags struct {
 	dryRun    bool
 	force     bool
 	output    string
+	// mirrorSecret names the Secret in the source that keeps the target's
+	// kubeconfig for the mirrors' refresh; "-" keeps none.
+	mirrorSecret string
 }
 
 func (f *pivotFlags) BindFlags(fs *pflag.FlagSet) {
@@ -43,6 +50,7 @@ func (f *pivotFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.dryRun, "dry-run", false, "print the plan and the preflight's problems, and change nothing in either cluster")
 	fs.BoolVar(&f.force, "force", false, "move even while Machines are provisioning or BareMetalHosts are being registered, inspected, provisioned or deprovisioned (the other preflight checks still apply)")
 	fs.StringVarP(&f.output, "output", "o", "text", "plan format with --dry-run: text, yaml or json")
+	fs.StringVar(&f.mirrorSecret, "kubeconfig-secret", "", "Secret in the deployment's namespace of the source to keep the target's kubeconfig in (key value), from which a Capstan running in the source refreshes the mirrors' status every --mirror-interval (default NAME-target-kubeconfig; \"-\" keeps none, and the mirrors keep the status they had at the move)")
 }
 
 func newPivotCommand() *cobra.Command {
@@ -79,7 +87,11 @@ there are any, and writes nothing.
 
 The move by hand installs nothing and waits for no handover: start Capstan
 in the target afterwards (capstan install --kubeconfig FILE), which takes
-the deployment over.`,
+the deployment over. The target's kubeconfig, self-contained (files
+inlined), is kept in Secret NAME-target-kubeconfig of the source (see
+--kubeconfig-secret) and recorded in status.pivot, so that the Capstan of
+the source refreshes the mirrors' status from the target, as after a pivot
+stage.`,
 		Example: `  capstan pivot mgmt --kubeconfig bootstrap.kubeconfig --to-kubeconfig mgmt.kubeconfig --dry-run
   capstan pivot mgmt --kubeconfig bootstrap.kubeconfig --to-kubeconfig mgmt.kubeconfig`,
 		Args: cobra.ExactArgs(1),
@@ -220,6 +232,13 @@ func movePivot(ctx context.Context, out io.Writer, f pivotFlags, name string, in
 		// A record without a phase (a pivot stage whose preflight failed)
 		// is replaced whole: this move is by hand.
 		rec := &capstanv1.PivotStatus{Target: to, StartedAt: ptr.To(metav1.Now()), Phase: capstanv1.PivotPreflight}
+		if secret := mirrorSecretName(f, name); secret != "" {
+			if err := keepTargetKubeconfig(ctx, source.client, f, secret); err != nil {
+				return err
+			}
+			rec.KubeConfig = &capstanv1.SecretKeyReference{Name: secret, Key: capstanv1.DefaultKubeConfigKey}
+			rec.KubeConfigNamespace = f.namespace
+		}
 		if err := recordPivot(ctx, source.client, f.namespace, name, rec, record); err != nil {
 			return err
 		}
@@ -259,6 +278,60 @@ func movePivot(ctx context.Context, out io.Writer, f pivotFlags, name string, in
 	printPivotNext(out, f)
 	return nil
 }
+
+// mirrorSecretName is the Secret that keeps the target's kubeconfig for
+// the mirrors, or "" for none.
+func mirrorSecretName(f pivotFlags, name string) string {
+	switch f.mirrorSecret {
+	case "-":
+		return ""
+	case "":
+		return name + "-target-kubeconfig"
+	}
+	return f.mirrorSecret
+}
+
+// keepTargetKubeconfig writes the target's kubeconfig, minified to its
+// context and with every file it names inlined, into Secret secret of the
+// source, where the daemon that refreshes the mirrors reads it.
+func keepTargetKubeconfig(ctx context.Context, c client.Client, f pivotFlags, secret string) error {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = f.target.kubeconfig
+	raw, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: f.target.context}).RawConfig()
+	if err != nil {
+		return fmt.Errorf("read --to-kubeconfig: %w", err)
+	}
+	if f.target.context != "" {
+		raw.CurrentContext = f.target.context
+	}
+	if err := clientcmdapi.MinifyConfig(&raw); err != nil {
+		return fmt.Errorf("--to-kubeconfig: %w", err)
+	}
+	if err := clientcmdapi.FlattenConfig(&raw); err != nil {
+		return fmt.Errorf("--to-kubeconfig: inline the files it names: %w", err)
+	}
+	data, err := clientcmd.Write(raw)
+	if err != nil {
+		return fmt.Errorf("--to-kubeconfig: %w", err)
+	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret, Namespace: f.namespace}}
+	_, err = controllerutil.CreateOrUpdate(ctx, c, s, func() error {
+		if s.Labels == nil {
+			s.Labels = map[string]string{}
+		}
+		s.Labels[pivotKubeconfigLabel] = "true"
+		s.Data = map[string][]byte{capstanv1.DefaultKubeConfigKey: data}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("keep the target's kubeconfig in Secret %s/%s of the source: %w (--kubeconfig-secret - keeps none)", f.namespace, secret, err)
+	}
+	return nil
+}
+
+// pivotKubeconfigLabel marks the Secret a move by hand keeps the target's
+// kubeconfig in.
+const pivotKubeconfigLabel = "capstan.dev/pivot-kubeconfig"
 
 // checkRecordedMove refuses a move into target while status.pivot records
 // one into another cluster, by hand or by a pivot stage.

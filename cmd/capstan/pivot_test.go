@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -284,6 +286,27 @@ func TestPivotCommand(t *testing.T) {
 		}
 		if want := []string{"Cluster/mgmt/mgmt", "Machine/mgmt/mgmt-abcde"}; !slices.Equal(mirrorNames(moved, ""), want) {
 			t.Errorf("status.pivot.mirrors %v, want %v", mirrorNames(moved, ""), want)
+		}
+		// The target's kubeconfig is kept where the source's Capstan reads
+		// it to refresh the mirrors, and it reaches the target.
+		if k := moved.KubeConfig; k == nil || k.Name != "mgmt-target-kubeconfig" || k.Key != "value" || moved.KubeConfigNamespace != "capstan-system" {
+			t.Errorf("status.pivot.kubeConfig %+v in %q, want Secret capstan-system/mgmt-target-kubeconfig, key value", k, moved.KubeConfigNamespace)
+		} else {
+			kept := &corev1.Secret{}
+			if err := sc.Get(t.Context(), client.ObjectKey{Namespace: "capstan-system", Name: k.Name}, kept); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := clientcmd.RESTConfigFromKubeConfig(kept.Data["value"])
+			if err != nil {
+				t.Fatalf("the kept kubeconfig: %v", err)
+			}
+			kc, err := client.New(cfg, client.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id, err := pivot.ClusterID(t.Context(), kc); err != nil || id != targetID {
+				t.Errorf("the kept kubeconfig reaches cluster %q (err %v), want the target %s", id, err, targetID)
+			}
 		}
 		for name, c := range map[string]client.Client{"target": tc, "source": sc} {
 			if holder, err := pivot.FenceHolder(t.Context(), c, "capstan-system", "mgmt"); err != nil || holder != targetID {
