@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/fluxcd/pkg/ssa"
+	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/stages"
@@ -82,6 +84,35 @@ func BenchmarkNoopApply1000(b *testing.B) {
 		if n := len(res.ChangeSet.ToGroupedMap()[ssa.UnchangedAction]); n != benchObjects {
 			b.Fatalf("%d objects unchanged, want %d", n, benchObjects)
 		}
+	}
+	b.ReportMetric(float64(benchObjects*b.N)/b.Elapsed().Seconds(), "objects/s")
+}
+
+// BenchmarkApply1000Baseline is the limit the executor is measured
+// against: the same 1,000 ConfigMaps server-side applied, unordered, by as
+// many parallel workers with the same client, and nothing else (no look at
+// the live objects, no dry run, no wait).
+func BenchmarkApply1000Baseline(b *testing.B) {
+	c, _ := newClient(b)
+	ctx := benchContext(b)
+	var stage *stages.Stage
+	next := func() { stage = configMapStage(newNamespace(b)) }
+	next()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var g errgroup.Group
+		g.SetLimit(benchConcurrency)
+		for _, obj := range stage.Objects {
+			g.Go(func() error {
+				return c.Patch(ctx, obj.DeepCopy(), client.Apply, client.ForceOwnership, client.FieldOwner("baseline"))
+			})
+		}
+		if err := g.Wait(); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		next()
+		b.StartTimer()
 	}
 	b.ReportMetric(float64(benchObjects*b.N)/b.Elapsed().Seconds(), "objects/s")
 }
