@@ -24,7 +24,9 @@ const dependencyRecheck = 30 * time.Second
 // deployment named in spec.dependsOn is not Ready at its current
 // generation. Status says which, and the deployment's stages wait.
 func (r *Reconciler) checkDependencies(ctx context.Context, a *attempt) (bool, error) {
-	if len(a.cd.Spec.DependsOn) == 0 {
+	if len(a.cd.Spec.DependsOn) == 0 || a.driftOnly {
+		// A Ready deployment correcting drift keeps its objects as they
+		// were applied, whatever its dependencies do now.
 		return false, nil
 	}
 	// A cycle is reported, not stalled on: fixing it is an edit of any

@@ -148,7 +148,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 }
 
 func (r *Reconciler) runSteps(ctx context.Context, a *attempt) (reconcile.Result, error) {
-	steps := []step{r.checkSource, r.fetchArtifact, r.renderObjects, r.buildPlan, r.driftOnly, r.checkDependencies, r.walkStages}
+	// Dependencies are checked before anything is fetched or rendered: a
+	// deployment waiting for another costs one remote check and the reads
+	// of its dependencies.
+	steps := []step{r.checkSource, r.checkDependencies, r.fetchArtifact, r.renderObjects, r.buildPlan, r.driftOnly, r.walkStages}
 	for _, s := range steps {
 		done, err := s(ctx, a)
 		if err != nil {
@@ -172,6 +175,7 @@ func (r *Reconciler) forget(namespace, name string) {
 		r.clusters.forget(namespace, name)
 	}
 	r.drift.forget(types.NamespacedName{Namespace: namespace, Name: name})
+	r.sources.forget(types.NamespacedName{Namespace: namespace, Name: name}) // and its artifact
 }
 
 func (r *Reconciler) requeueAfter(a *attempt) time.Duration {
@@ -268,7 +272,7 @@ func (r *Reconciler) renderObjects(ctx context.Context, a *attempt) (bool, error
 		}
 		opts.Substitute[stages.BootstrapKeyVar] = bootstrapKey
 	}
-	objs, err := render.Build(ctx, a.artifact.FS, opts)
+	objs, err := r.render(ctx, a, opts) // bounded: sourcecache.go
 	if err != nil {
 		return false, stages.Stalled(fmt.Errorf("render %s at %s: %w", a.cd.Spec.Path, a.revision, err))
 	}
