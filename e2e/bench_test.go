@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -110,4 +111,52 @@ func BenchmarkNoopPoll(b *testing.B) {
 	n := float64(gitSrv.RequestsTo("/"+ns+".git/info/refs") - polls)
 	b.ReportMetric(float64(repo()-gitBefore)/n, "git-requests/poll")
 	b.ReportMetric(float64(api.all()-apiBefore)/n, "api-requests/poll")
+}
+
+// BenchmarkDriftCorrection measures drift on a deployment of 1,000
+// ConfigMaps in one stage: what watching them costs per poll of an
+// unchanged remote (API requests), and the time from deleting one of them
+// to its being applied again.
+func BenchmarkDriftCorrection(b *testing.B) {
+	c := newClient(b)
+	ns := newNamespace(b)
+	url, err := gitSrv.CreateRepo(ns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var objects strings.Builder
+	for i := range 1000 {
+		fmt.Fprintf(&objects, "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-%04d\n  namespace: ${NS}\n  labels: {capstan.dev/stage: Config}\ndata: {i: \"%d\"}\n", i, i)
+	}
+	files := map[string]string{"drift/kustomization.yaml": "resources: [objects.yaml]\n", "drift/objects.yaml": objects.String()}
+	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, files, "1,000 ConfigMaps"); err != nil {
+		b.Fatal(err)
+	}
+	_, api := startDaemon(b, nil)
+	createDeployment(b, c, ns, "drift", capstanv1.ClusterDeploymentSpec{
+		Source:     &capstanv1.SourceSpec{Git: &capstanv1.GitSource{URL: url, SecretRef: &capstanv1.LocalObjectReference{Name: gitSecret(b, c, ns)}}},
+		Path:       "drift",
+		Substitute: map[string]string{"NS": ns},
+		Stages:     []capstanv1.StageSpec{{Name: "Config"}},
+		Interval:   &metav1.Duration{Duration: 200 * time.Millisecond},
+	})
+	waitDeployment(b, c, ns, "drift", "Ready", isReady)
+	b.Cleanup(func() { deleteDeployment(b, c, ns, "drift") })
+
+	// Unchanged: polls cost no API request, the watches included.
+	infoRefs := "/" + ns + ".git/info/refs"
+	polls, before := gitSrv.RequestsTo(infoRefs), api.all()
+	waitFor(b, "ten polls", func() (bool, error) { return gitSrv.RequestsTo(infoRefs) >= polls+10, nil })
+	b.ReportMetric(float64(api.all()-before)/float64(gitSrv.RequestsTo(infoRefs)-polls), "api-requests/poll")
+
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		name := fmt.Sprintf("cm-%04d", i%1000)
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		if err := c.Delete(context.Background(), cm); err != nil {
+			b.Fatal(err)
+		}
+		waitFor(b, name+" restored", func() (bool, error) { return object(b, c, configMapGVK, ns, name) != nil, nil })
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/correction")
 }
