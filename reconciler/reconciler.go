@@ -175,7 +175,6 @@ func (r *Reconciler) forget(namespace, name string) {
 		r.clusters.forget(namespace, name)
 	}
 	r.drift.forget(types.NamespacedName{Namespace: namespace, Name: name})
-	r.sources.forget(types.NamespacedName{Namespace: namespace, Name: name}) // and its artifact
 }
 
 func (r *Reconciler) requeueAfter(a *attempt) time.Duration {
@@ -272,7 +271,7 @@ func (r *Reconciler) renderObjects(ctx context.Context, a *attempt) (bool, error
 		}
 		opts.Substitute[stages.BootstrapKeyVar] = bootstrapKey
 	}
-	objs, err := r.render(ctx, a, opts) // bounded: sourcecache.go
+	objs, err := render.Build(ctx, a.artifact.FS, opts)
 	if err != nil {
 		return false, stages.Stalled(fmt.Errorf("render %s at %s: %w", a.cd.Spec.Path, a.revision, err))
 	}
