@@ -47,6 +47,8 @@ type driftWatcher struct {
 	// drift; drifted what happened to those that drifted.
 	watched map[types.NamespacedName]map[string]bool
 	drifted map[types.NamespacedName]map[string]string
+	// desired holds, per deployment, what its plan applies here.
+	desired map[types.NamespacedName]*desiredSet
 	// pending holds deployments tracked before Start.
 	pending []*capstanv1.ClusterDeployment
 }
@@ -143,6 +145,7 @@ func (w *driftWatcher) forget(key types.NamespacedName) {
 	defer w.mu.Unlock()
 	delete(w.watched, key)
 	delete(w.drifted, key)
+	delete(w.desired, key)
 }
 
 // take returns and clears what drifted of a deployment's objects: ID to
@@ -321,43 +324,101 @@ func appliedEntry(obj *metav1.PartialObjectMetadata) *metav1.ManagedFieldsEntry 
 	return nil
 }
 
-// correctDrift applies again, one by one, the objects of the plan that
-// drifted (spec.drift: correct), or only reports them (report). Objects
-// the plan no longer applies (about to be pruned) or that a delete stage
-// removes are left alone. An object a scale stage sets the replicas of
-// is applied without spec.replicas: the scale stage owns them.
-func (r *Reconciler) correctDrift(ctx context.Context, a *attempt, drifted map[string]string) error {
-	cd := a.cd
-	if len(drifted) == 0 || cd.Spec.Drift == capstanv1.DriftIgnore {
-		return nil
-	}
-	type applied struct {
-		stage *stages.Stage
-		obj   *unstructured.Unstructured
-	}
-	desired := map[string]applied{}
+// desiredSet is what a deployment's plan applies to the cluster Capstan
+// runs in, at one revision and generation, kept compactly (JSON) so that
+// drift is corrected without fetching and rendering again.
+type desiredSet struct {
+	revision   string
+	generation int64
+	objects    map[string]desiredObject
+}
+
+type desiredObject struct {
+	stage string
+	json  []byte
+}
+
+// desiredOf builds the desired set of a plan. Objects a delete stage
+// removes are left out (they must stay gone), and so are objects of
+// stages acting on other clusters; an object a scale stage sets the
+// replicas of is kept without spec.replicas, which the scale stage owns.
+func desiredOf(cd *capstanv1.ClusterDeployment, revision string, plan *stages.Plan) (*desiredSet, error) {
+	set := &desiredSet{revision: revision, generation: cd.Generation, objects: map[string]desiredObject{}}
 	deleted, scaled := map[string]bool{}, map[string]bool{}
-	for i := range a.plan.Stages {
-		stage := &a.plan.Stages[i]
-		for _, obj := range stage.Objects {
-			id := stages.ObjectID(obj)
-			switch stage.Action {
-			case capstanv1.StageActionApply, "":
-				if stage.KubeConfig == nil && cd.Spec.KubeConfig == nil {
-					desired[id] = applied{stage: stage, obj: obj}
-				}
+	for i := range plan.Stages {
+		for _, obj := range plan.Stages[i].Objects {
+			switch plan.Stages[i].Action {
 			case capstanv1.StageActionDelete:
-				deleted[id] = true
+				deleted[stages.ObjectID(obj)] = true
 			case capstanv1.StageActionScale:
-				scaled[id] = true
+				scaled[stages.ObjectID(obj)] = true
 			}
 		}
+	}
+	for i := range plan.Stages {
+		stage := &plan.Stages[i]
+		if (stage.Action != capstanv1.StageActionApply && stage.Action != "") || stage.KubeConfig != nil || cd.Spec.KubeConfig != nil {
+			continue
+		}
+		for _, obj := range stage.Objects {
+			id := stages.ObjectID(obj)
+			if deleted[id] {
+				continue
+			}
+			if scaled[id] {
+				obj = obj.DeepCopy()
+				unstructured.RemoveNestedField(obj.Object, "spec", "replicas")
+			}
+			data, err := obj.MarshalJSON()
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", stages.ObjectRef(obj), err)
+			}
+			set.objects[id] = desiredObject{stage: stage.Name, json: data}
+		}
+	}
+	return set, nil
+}
+
+// remember keeps the desired set of a deployment for later corrections.
+func (w *driftWatcher) remember(key types.NamespacedName, set *desiredSet) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.desired == nil {
+		w.desired = map[types.NamespacedName]*desiredSet{}
+	}
+	w.desired[key] = set
+}
+
+// desiredFor returns the desired set kept for a deployment at this
+// revision and generation, or nil.
+func (w *driftWatcher) desiredFor(key types.NamespacedName, revision string, generation int64) *desiredSet {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if set := w.desired[key]; set != nil && set.revision == revision && set.generation == generation {
+		return set
+	}
+	return nil
+}
+
+// correctDrift applies again, one by one, the objects of the desired set
+// that drifted (spec.drift: correct), or only reports them (report).
+// Objects not in the set (about to be pruned, removed by a delete stage,
+// on another cluster) are left alone.
+func (r *Reconciler) correctDrift(ctx context.Context, cd *capstanv1.ClusterDeployment, set *desiredSet, drifted map[string]string) error {
+	if len(drifted) == 0 || set == nil || cd.Spec.Drift == capstanv1.DriftIgnore {
+		return nil
 	}
 	owner := stages.Owner{Name: cd.Name, Namespace: cd.Namespace}
 	var errs []string
 	for _, id := range slices.Sorted(maps.Keys(drifted)) {
-		d, ok := desired[id]
-		if !ok || deleted[id] {
+		d, ok := set.objects[id]
+		if !ok {
 			continue
 		}
 		what := drifted[id]
@@ -366,12 +427,12 @@ func (r *Reconciler) correctDrift(ctx context.Context, a *attempt, drifted map[s
 			r.event(cd, "Warning", "DriftDetected", "%s was %s; spec.drift is report, so it stays as it is", stages.EntryRef(id), what)
 			continue
 		}
-		obj := d.obj
-		if scaled[id] {
-			obj = obj.DeepCopy()
-			unstructured.RemoveNestedField(obj.Object, "spec", "replicas")
+		obj := &unstructured.Unstructured{}
+		if err := obj.UnmarshalJSON(d.json); err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", stages.EntryRef(id), err))
+			continue
 		}
-		if err := r.executor.Reapply(ctx, obj, d.stage.Name, owner); err != nil {
+		if err := r.executor.Reapply(ctx, obj, d.stage, owner); err != nil {
 			errs = append(errs, err.Error())
 			continue
 		}
@@ -382,4 +443,16 @@ func (r *Reconciler) correctDrift(ctx context.Context, a *attempt, drifted map[s
 		return fmt.Errorf("correct drift: %s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// correctFromPlan keeps the desired set of the attempt's plan and corrects
+// what drifted of the deployment.
+func (r *Reconciler) correctFromPlan(ctx context.Context, a *attempt) error {
+	key := types.NamespacedName{Namespace: a.cd.Namespace, Name: a.cd.Name}
+	set, err := desiredOf(a.cd, a.revision, a.plan)
+	if err != nil {
+		return err
+	}
+	r.drift.remember(key, set)
+	return r.correctDrift(ctx, a.cd, set, r.drift.take(key))
 }

@@ -213,10 +213,15 @@ func (r *Reconciler) checkSource(ctx context.Context, a *attempt) (bool, error) 
 	st := a.cd.Status
 	if st.Revision == rev && st.ObservedGeneration == a.cd.Generation {
 		if conditionTrue(a.cd, capstanv1.ConditionReady) {
+			key := client.ObjectKeyFromObject(a.cd)
 			r.drift.track(a.cd)
-			if r.drift.has(client.ObjectKeyFromObject(a.cd)) {
-				// Nothing changed, but applied objects drifted: render
-				// the revision again to correct them.
+			if r.drift.has(key) {
+				// Nothing changed, but applied objects drifted: correct
+				// them from what this revision applies, rendered again
+				// if it is not at hand.
+				if set := r.drift.desiredFor(key, rev, a.cd.Generation); set != nil {
+					return true, r.correctDrift(ctx, a.cd, set, r.drift.take(key))
+				}
 				a.driftOnly = true
 				return false, nil
 			}
@@ -353,7 +358,7 @@ func (r *Reconciler) driftOnly(ctx context.Context, a *attempt) (bool, error) {
 	if !a.driftOnly {
 		return false, nil
 	}
-	return true, r.correctDrift(ctx, a, r.drift.take(client.ObjectKeyFromObject(a.cd)))
+	return true, r.correctFromPlan(ctx, a)
 }
 
 // fail records a failed attempt: the Ready condition says why, Stalled is

@@ -171,7 +171,7 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 	r.failures.reset(client.ObjectKeyFromObject(cd))
 	// Watch what is applied now; correct what drifted meanwhile.
 	r.drift.track(cd)
-	if err := r.correctDrift(ctx, a, r.drift.take(client.ObjectKeyFromObject(cd))); err != nil {
+	if err := r.correctFromPlan(ctx, a); err != nil {
 		return false, err
 	}
 	if !conditionTrue(before, capstanv1.ConditionReady) {
