@@ -487,9 +487,13 @@ func (b *bootstrapCluster) assertMirrorsFollow(t *testing.T, mirror *capstanv1.C
 }
 
 // withoutPaused is u's status without its Paused condition.
+// withoutPaused is u's status without what the bootstrap's own simulated
+// Cluster API writes on a paused mirror right after each refresh: the
+// Paused condition and the observedGeneration it comes with.
 func withoutPaused(u *unstructured.Unstructured) any {
 	status, _ := u.Object["status"].(map[string]any)
 	status = maps.Clone(status)
+	delete(status, "observedGeneration")
 	if conds, ok := status["conditions"].([]any); ok {
 		status["conditions"] = slices.DeleteFunc(slices.Clone(conds), func(c any) bool {
 			m, _ := c.(map[string]any)

@@ -239,10 +239,52 @@ func (i *Installer) Uninstall(ctx context.Context, objs []*unstructured.Unstruct
 			rest = append(rest, o)
 		}
 	}
-	for _, group := range [][]*unstructured.Unstructured{first, rest, crds} {
+	if err := i.deleteAndWait(ctx, first); err != nil {
+		return err
+	}
+	if opts.Force && !opts.KeepCRDs {
+		if err := i.release(ctx); err != nil {
+			return err
+		}
+	}
+	for _, group := range [][]*unstructured.Unstructured{rest, crds} {
 		if err := i.deleteAndWait(ctx, group); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// daemonFinalizer is the daemon's finalizer on ClusterDeployments
+// (reconciler.Finalizer): a deployment deleted goes once the daemon has
+// carried out its deletion policy.
+const daemonFinalizer = "capstan.dev/finalizer"
+
+// release takes the daemon's finalizer off every ClusterDeployment once
+// the daemon is gone: nobody else would remove it, so neither they nor
+// their CRD could go, and a forced uninstall leaves what they applied.
+func (i *Installer) release(ctx context.Context) error {
+	list := &unstructured.UnstructuredList{}
+	list.SetAPIVersion("capstan.dev/v1alpha1")
+	list.SetKind("ClusterDeploymentList")
+	err := i.client.List(ctx, list)
+	if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("uninstall: list ClusterDeployments: %w", err)
+	}
+	for _, cd := range list.Items {
+		kept := slices.DeleteFunc(slices.Clone(cd.GetFinalizers()), func(f string) bool { return f == daemonFinalizer })
+		if len(kept) == len(cd.GetFinalizers()) {
+			continue
+		}
+		patch := client.MergeFromWithOptions(cd.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		cd.SetFinalizers(kept)
+		if err := i.client.Patch(ctx, &cd, patch); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("uninstall: remove the finalizer of ClusterDeployment %s/%s: %w", cd.GetNamespace(), cd.GetName(), err)
+		}
+		fmt.Fprintf(i.progress, "released ClusterDeployment %s/%s from the stopped daemon's finalizer\n", cd.GetNamespace(), cd.GetName())
 	}
 	return nil
 }
