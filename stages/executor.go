@@ -430,37 +430,41 @@ func (e *Executor) applyWave(ctx context.Context, objects []*unstructured.Unstru
 	return kept, errors.Join(errs...)
 }
 
-// diff looks at the live object of obj: whether owner may apply it
-// (checkOwner), and what applying it would do, from a server-side dry-run
-// (which also validates it).
+// diff looks at what applying obj would do: a server-side dry-run first
+// (which also validates it), then, only for an object that exists, a GET
+// of the live object, which decides whether owner may apply it
+// (checkOwner) and whether the apply changes it. A new object costs one
+// request here.
 func (e *Executor) diff(ctx context.Context, obj *unstructured.Unstructured, owner Owner, owners *ownerLookup) (ssa.ChangeSetEntry, error) {
 	entry := ssa.ChangeSetEntry{
 		ObjMetadata:  object.UnstructuredToObjMetadata(obj),
 		GroupVersion: obj.GroupVersionKind().Version,
 		Subject:      ssautils.FmtUnstructured(obj),
 	}
-	live := &unstructured.Unstructured{}
-	live.SetGroupVersionKind(obj.GroupVersionKind())
-	err := e.client.Get(ctx, client.ObjectKeyFromObject(obj), live)
-	exists := err == nil
-	if err != nil && !apierrors.IsNotFound(err) {
-		return entry, classifyApplyError(obj, err)
-	}
-	if exists {
-		if err := owners.check(ctx, obj, live, owner); err != nil {
-			return entry, err
-		}
-	}
 	dryRun := obj.DeepCopy()
 	if err := e.client.Patch(ctx, dryRun, client.Apply, client.DryRunAll, client.ForceOwnership, client.FieldOwner(FieldManager)); err != nil {
 		return entry, classifyApplyError(obj, err)
 	}
-	switch {
-	case !exists:
+	if dryRun.GetResourceVersion() == "" {
 		entry.Action = ssa.CreatedAction
-	case changes(live, dryRun, true):
+		return entry, nil
+	}
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(obj.GroupVersionKind())
+	if err := e.client.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Deleted since the dry run: the apply creates it.
+			entry.Action = ssa.CreatedAction
+			return entry, nil
+		}
+		return entry, classifyApplyError(obj, err)
+	}
+	if err := owners.check(ctx, obj, live, owner); err != nil {
+		return entry, err
+	}
+	if changes(live, dryRun, true) {
 		entry.Action = ssa.ConfiguredAction
-	default:
+	} else {
 		entry.Action = ssa.UnchangedAction
 	}
 	return entry, nil
