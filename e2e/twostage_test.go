@@ -80,7 +80,7 @@ func TestTwoStageOverlayFromGit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startDaemon(t, nil)
+	d, _ := startDaemon(t, nil)
 	createDeployment(t, c, ns, "two", twoStageSpec(url, ns, gitSecret(t, c, ns)))
 	begin := time.Now()
 
@@ -93,6 +93,10 @@ func TestTwoStageOverlayFromGit(t *testing.T) {
 	}
 	if object(t, c, configMapGVK, ns, "app-config") != nil {
 		t.Fatalf("stage App's ConfigMap was applied before stage Infra was ready: %s", describe(cd))
+	}
+	// The second attempt waits with the plan of the first: one render.
+	if n := d.Reconciler().Stats().Renders; n != 1 {
+		t.Errorf("%d renders of one revision while its stage waits, want 1", n)
 	}
 	if got := stage(cd, "App").State; got != capstanv1.StagePending {
 		t.Errorf("stage App = %s while Infra waits, want Pending", got)

@@ -44,6 +44,7 @@ type Reconciler struct {
 	sources  *sourceCache
 	clusters *clusterCache
 	drift    *driftWatcher
+	plans    planCache
 	events   recorder.EventRecorder
 	metrics  *metrics.Collector
 	opts     ReconcilerOptions
@@ -103,6 +104,9 @@ type attempt struct {
 	// driftOnly is set when nothing changed but applied objects drifted:
 	// the attempt corrects them and walks no stage.
 	driftOnly bool
+	// planned is set when the plan of this revision was at hand: nothing
+	// is rendered again.
+	planned bool
 }
 
 // step is one part of a reconcile. done ends the walk early without error.
@@ -175,6 +179,7 @@ func (r *Reconciler) forget(namespace, name string) {
 		r.clusters.forget(namespace, name)
 	}
 	r.drift.forget(types.NamespacedName{Namespace: namespace, Name: name})
+	r.plans.drop(types.NamespacedName{Namespace: namespace, Name: name})
 }
 
 func (r *Reconciler) requeueAfter(a *attempt) time.Duration {
@@ -261,6 +266,10 @@ func (r *Reconciler) fetchArtifact(ctx context.Context, a *attempt) (bool, error
 }
 
 func (r *Reconciler) renderObjects(ctx context.Context, a *attempt) (bool, error) {
+	if p, ok := r.plans.get(client.ObjectKeyFromObject(a.cd), a.revision, a.cd.Generation); ok {
+		a.objects, a.plan, a.planned = p.objects, p.plan, true
+		return false, nil
+	}
 	r.renders.Add(1)
 	opts := render.DefaultOptions()
 	opts.Path = a.cd.Spec.Path
@@ -333,6 +342,9 @@ func anyHolds(objs []*unstructured.Unstructured, s string) bool {
 }
 
 func (r *Reconciler) buildPlan(_ context.Context, a *attempt) (bool, error) {
+	if a.planned {
+		return false, nil
+	}
 	specs, err := stages.StageSpecs(a.cd.Spec)
 	if err != nil {
 		return false, stages.Stalled(err)
@@ -349,6 +361,7 @@ func (r *Reconciler) buildPlan(_ context.Context, a *attempt) (bool, error) {
 		})
 	}
 	a.plan = plan
+	r.plans.put(client.ObjectKeyFromObject(a.cd), cachedPlan{revision: a.revision, generation: a.cd.Generation, objects: a.objects, plan: plan})
 	return false, nil
 }
 
@@ -358,6 +371,7 @@ func (r *Reconciler) driftOnly(ctx context.Context, a *attempt) (bool, error) {
 	if !a.driftOnly {
 		return false, nil
 	}
+	defer r.plans.drop(client.ObjectKeyFromObject(a.cd))
 	return true, r.correctFromPlan(ctx, a)
 }
 

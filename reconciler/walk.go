@@ -169,7 +169,9 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 		return false, err
 	}
 	r.failures.reset(client.ObjectKeyFromObject(cd))
-	// Watch what is applied now; correct what drifted meanwhile.
+	// Watch what is applied now; correct what drifted meanwhile. The plan
+	// is not needed again at this revision.
+	r.plans.drop(client.ObjectKeyFromObject(cd))
 	r.drift.track(cd)
 	if err := r.correctFromPlan(ctx, a); err != nil {
 		return false, err
