@@ -113,6 +113,7 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 		switch res.State {
 		case capstanv1.StageReady:
 			r.unreachable.reset(client.ObjectKeyFromObject(cd))
+			r.failures.reset(client.ObjectKeyFromObject(cd))
 			r.metrics.ObserveStageEnd(st().Name, metrics.StageResultReady, st().FinishedAt.Sub(st().StartedAt.Time))
 			r.event(cd, "Normal", "StageReady", "stage %s ready after %s", st().Name, st().FinishedAt.Sub(st().StartedAt.Time).Round(time.Millisecond))
 			if moved {
@@ -133,9 +134,11 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 				return false, res.Err
 			}
 			// A failed attempt is a failed reconcile, though the walk
-			// itself ends without error: the stage is retried with backoff.
+			// itself ends without error: the stage is retried with backoff,
+			// by the failures in a row (attempts also count the wait
+			// slices of a stage that waited before it failed).
 			a.outcome = metrics.OutcomeError
-			a.requeue = r.backoff(int(st().Attempts))
+			a.requeue = r.backoff(r.failures.inc(client.ObjectKeyFromObject(cd)))
 		case capstanv1.StageInProgress:
 			if stages.IsUnreachable(res.Err) {
 				// Waiting for the cluster, not failing: back off, but not
