@@ -21,8 +21,9 @@ import (
 type renderFlags struct {
 	root       string
 	deployment string
-	output     string
-	substitute []string
+	output      string
+	substitute  []string
+	showSecrets bool
 }
 
 func (f *renderFlags) BindFlags(fs *pflag.FlagSet) {
@@ -30,6 +31,7 @@ func (f *renderFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&f.deployment, "cluster-deployment", "f", "", "ClusterDeployment file whose path, substitutions and stages to use")
 	fs.StringVarP(&f.output, "output", "o", "yaml", "output format: yaml or json")
 	fs.StringArrayVar(&f.substitute, "substitute", nil, "VAR=value for ${VAR} substitution (repeatable)")
+	fs.BoolVar(&f.showSecrets, "show-secrets", false, "print the values of Secrets; without it each value is replaced by "+maskedValue)
 }
 
 func newRenderCommand() *cobra.Command {
@@ -40,7 +42,8 @@ func newRenderCommand() *cobra.Command {
 		Long: `Render builds a kustomize overlay the way the daemon does (no plugins, no
 network, nothing outside --root) and prints its objects grouped by the stage
 that applies them. With -f, the path, substitutions and stages come from a
-ClusterDeployment file.`,
+ClusterDeployment file. The values of Secrets are masked unless
+--show-secrets.`,
 		Example: `  capstan render --root examples clusters/mgmt
   capstan render --root examples -f examples/clusters/mgmt/clusterdeployment.yaml`,
 		Args: cobra.MaximumNArgs(1),
@@ -63,6 +66,9 @@ ClusterDeployment file.`,
 			plan, err := stages.BuildPlan(specs, objs)
 			if err != nil {
 				return fmt.Errorf("plan: %w", err)
+			}
+			if !f.showSecrets {
+				maskSecrets(plan)
 			}
 			return printPlan(cmd.OutOrStdout(), plan, f.output)
 		},
@@ -147,4 +153,30 @@ func plural(n int, word string) string {
 		return "1 " + word
 	}
 	return fmt.Sprintf("%d %ss", n, word)
+}
+
+// maskedValue replaces each value of a Secret that render prints.
+const maskedValue = "*** (masked; --show-secrets prints it)"
+
+// maskSecrets replaces the values of the plan's Secrets (data and
+// stringData) by maskedValue, keeping their keys.
+func maskSecrets(plan *stages.Plan) {
+	for i := range plan.Stages {
+		for j, obj := range plan.Stages[i].Objects {
+			if obj.GetKind() != "Secret" || obj.GroupVersionKind().Group != "" {
+				continue
+			}
+			obj = obj.DeepCopy()
+			for _, field := range []string{"data", "stringData"} {
+				values, ok := obj.Object[field].(map[string]any)
+				if !ok {
+					continue
+				}
+				for k := range values {
+					values[k] = maskedValue
+				}
+			}
+			plan.Stages[i].Objects[j] = obj
+		}
+	}
 }

@@ -106,3 +106,39 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("version = %q, %v", out, err)
 	}
 }
+
+func TestRenderMasksSecrets(t *testing.T) {
+	root := t.TempDir()
+	files := map[string]string{
+		"app/kustomization.yaml": "resources: [secret.yaml]\n",
+		"app/secret.yaml": "apiVersion: v1\nkind: Secret\nmetadata: {name: creds, namespace: ns}\n" +
+			"data: {password: cGxhbnRlZA==}\nstringData: {token: planted-token}\n",
+	}
+	for name, content := range files {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flags := []string{"render", "--root", root, "app", "--substitute", "X=y"}
+	for _, format := range []string{"yaml", "json"} {
+		out, err := runCLI(t, append(flags, "-o", format)...)
+		if err != nil {
+			t.Fatalf("-o %s: %v\n%s", format, err, out)
+		}
+		for _, planted := range []string{"cGxhbnRlZA==", "planted-token"} {
+			if strings.Contains(out, planted) {
+				t.Errorf("-o %s prints the Secret's value %q:\n%s", format, planted, out)
+			}
+		}
+		if !strings.Contains(out, "password") || !strings.Contains(out, "masked") {
+			t.Errorf("-o %s: the Secret's keys should stay, their values masked:\n%s", format, out)
+		}
+	}
+	out, err := runCLI(t, append(flags, "--show-secrets")...)
+	if err != nil || !strings.Contains(out, "planted-token") {
+		t.Errorf("--show-secrets: %v; want the value printed:\n%s", err, out)
+	}
+}
