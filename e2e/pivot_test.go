@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -178,6 +179,12 @@ func TestPivotFencesTheSourceAfterTheHandover(t *testing.T) {
 	// A restarted source daemon stays a mirror and writes nothing for it.
 	stopDaemon(source)
 	_, counter := startDaemonWith(t, nil, func(o *reconciler.Options) { o.Reconciler.MirrorInterval = time.Second })
+	// A mirror drops its copy of the credentials that moved, after the
+	// handover is recorded or at the restarted daemon's first refresh.
+	waitFor(t, "the mirror's copy of the git credentials dropped", func() (bool, error) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "git-auth"}, &corev1.Secret{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
 
 	// A new revision, and the mirror turned back into a deployment by hand.
 	files := pivotFiles(ns)
@@ -190,7 +197,7 @@ func TestPivotFencesTheSourceAfterTheHandover(t *testing.T) {
 		client.RawPatch(types.MergePatchType, patch)); err != nil {
 		t.Fatal(err)
 	}
-	// The credentials moved, and a mirror drops its copy: an operator
+	// The credentials moved, and the mirror dropped its copy: an operator
 	// gives them back, once it is no mirror.
 	gitSecret(t, c, ns)
 	// Its first write is refused.

@@ -61,6 +61,9 @@ type Options struct {
 	Webhook *WebhookOptions
 	// LeaderElection makes one of several replicas act.
 	LeaderElection LeaderElectionOptions
+	// Sharding makes every replica act, each on its share of the
+	// deployments (shard.go, docs/sharding.md).
+	Sharding ShardingOptions
 	// ClusterName describes the cluster the daemon runs in, for people:
 	// in fencing records and on deployments it moves. Empty means
 	// "cluster <first characters of its identity>".
@@ -68,6 +71,14 @@ type Options struct {
 	// Installer, when set, lets a pivot stage install Capstan into the
 	// cluster it moved a deployment into (`capstan run --image` sets one).
 	Installer stages.Installer
+
+	// Report configures status commits to git (docs/report.md).
+	Report ReportOptions
+
+	// Artifacts bound what artifacts and renders may take: the cache
+	// directory and its size, per-file, per-artifact, decompressed, render
+	// and object limits, renders at once (docs/limits.md).
+	Artifacts ArtifactOptions
 }
 
 // DefaultOptions returns the options `capstan run` starts with.
@@ -79,6 +90,8 @@ func DefaultOptions() Options {
 		ApplyConcurrency: 16,
 		Reconciler:       DefaultReconcilerOptions(),
 		LeaderElection:   DefaultLeaderElectionOptions(),
+
+		Artifacts: DefaultArtifactOptions(),
 	}
 }
 
@@ -93,6 +106,7 @@ type Daemon struct {
 	stopOnce   sync.Once
 	done       chan struct{}
 	identity   string
+	shard      *sharding
 }
 
 // Scheme returns a scheme with the built-in kinds and Capstan's API.
@@ -180,12 +194,21 @@ func New(opts Options) (*Daemon, error) {
 	if opts.Installer != nil {
 		execOpts = append(execOpts, stages.WithInstaller(opts.Installer))
 	}
+	shard, err := newSharding(opts.Sharding, id, mgr, reg)
+	if err != nil {
+		return nil, fmt.Errorf("new daemon: %w", err)
+	}
+	execOpts = append(execOpts, shard.executorOptions()...)
+	srcs, err := newSourceCache(opts.Artifacts)
+	if err != nil {
+		return nil, fmt.Errorf("new daemon: %w", err)
+	}
 	r := &Reconciler{
-		client:   mgr.GetClient(),
+		client:   shard.client(mgr.GetClient()),
 		executor: stages.NewExecutor(direct, execOpts...),
-		sources:  newSourceCache(),
+		sources:  srcs,
 		clusters: newClusterCache(mgr.GetAPIReader(), scheme),
-		events:   mgr.GetEventRecorder("capstan"),
+		events:   shard.recorder(mgr.GetEventRecorder("capstan")),
 		metrics:  collector,
 		opts:     opts.Reconciler,
 	}
@@ -200,7 +223,7 @@ func New(opts Options) (*Daemon, error) {
 		return nil, fmt.Errorf("new daemon: create metadata client: %w", err)
 	}
 	r.drift = newDriftWatcher(meta, mgr.GetRESTMapper(), drifts)
-	if err := mgr.Add(r.drift); err != nil {
+	if err := mgr.Add(shard.everyReplica(r.drift)); err != nil {
 		return nil, fmt.Errorf("new daemon: add drift watcher: %w", err)
 	}
 	err = ctrl.NewControllerManagedBy(mgr).
@@ -214,12 +237,19 @@ func New(opts Options) (*Daemon, error) {
 		For(&capstanv1.ClusterDeployment{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		// Several daemons may run in one process (the e2e suites, pivot).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers, SkipNameValidation: ptr.To(true)}).
-		Complete(r)
+		// Sharded, every replica reconciles (its own share).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers, SkipNameValidation: ptr.To(true), NeedLeaderElection: ptr.To(shard == nil)}).
+		Complete(shard.gate(r))
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: register controller: %w", err)
 	}
-	d := &Daemon{manager: mgr, reconciler: r, stop: make(chan struct{}), done: make(chan struct{}), identity: id}
+	if err := shard.register(mgr, r, pushes); err != nil {
+		return nil, fmt.Errorf("new daemon: %w", err)
+	}
+	if err := addReporter(opts, mgr, reg, r, shard); err != nil {
+		return nil, fmt.Errorf("new daemon: %w", err)
+	}
+	d := &Daemon{manager: mgr, reconciler: r, stop: make(chan struct{}), done: make(chan struct{}), identity: id, shard: shard}
 	if opts.Root != nil {
 		root, err := newRootSource(*opts.Root, mgr.GetClient(), r.sources)
 		if err != nil {
@@ -230,14 +260,14 @@ func New(opts Options) (*Daemon, error) {
 		}
 		d.root = root
 		if w, ok := opts.Root.Source.(WatchedSource); ok {
-			trigger := &pushTrigger{client: mgr.GetClient(), root: root, enqueue: pushes, elected: mgr.Elected()}
+			trigger := &pushTrigger{client: mgr.GetClient(), root: root, enqueue: pushes, elected: mgr.Elected(), shard: shard}
 			if err := mgr.Add(&sourceWatcher{source: w, trigger: trigger, url: root.opts.URL, branch: root.opts.Branch}); err != nil {
 				return nil, fmt.Errorf("new daemon: add source watcher: %w", err)
 			}
 		}
 	}
 	if opts.Webhook != nil {
-		srv, err := newWebhookServer(*opts.Webhook, &pushTrigger{client: mgr.GetClient(), root: d.root, enqueue: pushes, elected: mgr.Elected()})
+		srv, err := newWebhookServer(*opts.Webhook, &pushTrigger{client: mgr.GetClient(), root: d.root, enqueue: pushes, elected: mgr.Elected(), shard: shard})
 		if err != nil {
 			return nil, fmt.Errorf("new daemon: %w", err)
 		}
@@ -310,6 +340,7 @@ func (d *Daemon) Reconciler() *Reconciler { return d.reconciler }
 // Run serves until ctx ends or Close is called.
 func (d *Daemon) Run(ctx context.Context) error {
 	defer close(d.done)
+	defer d.reconciler.sources.close() // the artifacts on disk
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {

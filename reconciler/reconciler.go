@@ -48,6 +48,7 @@ type Reconciler struct {
 	events   recorder.EventRecorder
 	metrics  *metrics.Collector
 	opts     ReconcilerOptions
+	report   statusNotifier // status commits (report.go); nil: none
 
 	fetches  atomic.Int64
 	renders  atomic.Int64
@@ -180,6 +181,7 @@ func (r *Reconciler) forget(namespace, name string) {
 	}
 	r.drift.forget(types.NamespacedName{Namespace: namespace, Name: name})
 	r.plans.drop(types.NamespacedName{Namespace: namespace, Name: name})
+	r.sources.forget(types.NamespacedName{Namespace: namespace, Name: name}) // and its artifact
 }
 
 func (r *Reconciler) requeueAfter(a *attempt) time.Duration {
@@ -285,7 +287,7 @@ func (r *Reconciler) renderObjects(ctx context.Context, a *attempt) (bool, error
 		}
 		opts.Substitute[stages.BootstrapKeyVar] = bootstrapKey
 	}
-	objs, err := render.Build(ctx, a.artifact.FS, opts)
+	objs, err := r.render(ctx, a, opts) // bounded: sourcecache.go
 	if err != nil {
 		return false, stages.Stalled(fmt.Errorf("render %s at %s: %w", a.cd.Spec.Path, a.revision, err))
 	}

@@ -5,16 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/render"
 	"github.com/capstan-dev/capstan/sources"
 	"github.com/capstan-dev/capstan/sources/git"
 	"github.com/capstan-dev/capstan/sources/oci"
@@ -24,13 +28,105 @@ import (
 // rootSourceKey is the cache key of the daemon's root source.
 const rootSourceKey = "root"
 
-// sourceEntry is one source shared by every deployment that reads from it,
-// with the last artifact it produced, so that deployments sharing a
-// repository fetch it once per revision.
+// ArtifactOptions bound what artifacts and renders may take, so that the
+// daemon's memory is bounded whatever its sources hold (docs/limits.md).
+// Zero fields take the values of DefaultArtifactOptions.
+type ArtifactOptions struct {
+	// CacheDir is the directory below which artifacts are written, one
+	// directory per daemon (`--artifact-cache-dir`).
+	CacheDir string
+	// CacheMaxBytes bounds the artifacts kept on disk; the least recently
+	// used go first (`--artifact-cache-max-bytes`).
+	CacheMaxBytes int64
+	// MaxFileBytes bounds each file of an artifact and each file a render
+	// reads (`--max-file-bytes`).
+	MaxFileBytes int64
+	// MaxArtifactBytes bounds the files of one artifact together, and an
+	// OCI artifact's compressed layer (`--max-artifact-bytes`).
+	MaxArtifactBytes int64
+	// MaxDecompressedBytes bounds what an OCI layer or a git pack may
+	// inflate to, stopping a compressed bomb while it streams
+	// (`--max-decompressed-bytes`).
+	MaxDecompressedBytes int64
+	// MaxRenderBytes bounds what one render reads, the files its
+	// kustomizations reach, each counted once (`--max-render-bytes`).
+	MaxRenderBytes int64
+	// MaxObjects bounds the objects one revision renders to
+	// (`--max-objects`).
+	MaxObjects int
+	// MaxConcurrentRenders is how many renders run at once
+	// (`--max-concurrent-renders`).
+	MaxConcurrentRenders int
+}
+
+// DefaultArtifactOptions returns the bounds `capstan run` starts with.
+func DefaultArtifactOptions() ArtifactOptions {
+	return ArtifactOptions{
+		CacheDir:             filepath.Join(os.TempDir(), "capstan-artifacts"),
+		CacheMaxBytes:        512 << 20,
+		MaxFileBytes:         render.DefaultMaxFileBytes,
+		MaxArtifactBytes:     sources.DefaultMaxTotalBytes,
+		MaxDecompressedBytes: sources.DefaultMaxDecompressedBytes,
+		MaxRenderBytes:       render.DefaultMaxBytes,
+		MaxObjects:           render.DefaultMaxObjects,
+		MaxConcurrentRenders: 2,
+	}
+}
+
+// withDefaults fills the zero fields.
+func (o ArtifactOptions) withDefaults() ArtifactOptions {
+	d := DefaultArtifactOptions()
+	if o.CacheDir == "" {
+		o.CacheDir = d.CacheDir
+	}
+	if o.CacheMaxBytes <= 0 {
+		o.CacheMaxBytes = d.CacheMaxBytes
+	}
+	if o.MaxFileBytes <= 0 {
+		o.MaxFileBytes = d.MaxFileBytes
+	}
+	if o.MaxArtifactBytes <= 0 {
+		o.MaxArtifactBytes = d.MaxArtifactBytes
+	}
+	if o.MaxDecompressedBytes <= 0 {
+		o.MaxDecompressedBytes = d.MaxDecompressedBytes
+	}
+	if o.MaxRenderBytes <= 0 {
+		o.MaxRenderBytes = d.MaxRenderBytes
+	}
+	if o.MaxObjects <= 0 {
+		o.MaxObjects = d.MaxObjects
+	}
+	if o.MaxConcurrentRenders <= 0 {
+		o.MaxConcurrentRenders = d.MaxConcurrentRenders
+	}
+	return o
+}
+
+// sourceLimits are the limits every source of the daemon fetches within.
+func (o ArtifactOptions) sourceLimits() sources.Limits {
+	return sources.Limits{
+		MaxFileBytes:         o.MaxFileBytes,
+		MaxTotalBytes:        o.MaxArtifactBytes,
+		MaxDecompressedBytes: o.MaxDecompressedBytes,
+	}.WithDefaults()
+}
+
+// artifactCacheUser is a source made outside the cache (the root source)
+// that can be told to write its artifacts into the store, within the
+// daemon's limits.
+type artifactCacheUser interface {
+	SetArtifactCache(dir string, limits sources.Limits)
+}
+
+// sourceEntry is one source shared by every deployment that reads from it.
+// Its artifacts live in the cache's store, on disk, so that deployments
+// sharing a repository fetch it once per revision while it stays there.
 type sourceEntry struct {
-	mu       sync.Mutex
-	source   sources.Source
-	artifact *sources.Artifact
+	mu     sync.Mutex
+	key    string
+	source sources.Source
+	store  *sources.Store
 	// onAuthError is called when the remote refuses the credentials, so
 	// that the next attempt reads the Secret again.
 	onAuthError func()
@@ -51,30 +147,39 @@ func (e *sourceEntry) checkAuth(err error) {
 	}
 }
 
-// fetch returns the artifact at revision, from the cache when it holds it.
+// fetch returns the artifact at revision, from the store when it holds it.
 // fetched tells whether the remote was asked for content.
 func (e *sourceEntry) fetch(ctx context.Context, revision string) (art *sources.Artifact, fetched bool, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.artifact != nil && e.artifact.Revision == revision {
-		return e.artifact, false, nil
+	if art, ok := e.store.Get(e.key, revision); ok {
+		return art, false, nil
 	}
 	art, err = e.source.Fetch(ctx)
 	if err != nil {
 		e.checkAuth(err)
 		return nil, true, err
 	}
-	e.artifact = art
+	e.store.Put(e.key, art)
 	return art, true, nil
 }
 
 // sourceCache holds the sources of all deployments, keyed by what
-// identifies them (URL, branch, credentials version).
+// identifies them (URL, branch, credentials version), the store their
+// artifacts live in, and the daemon's bounds on artifacts and renders.
 type sourceCache struct {
 	mu      sync.Mutex
 	entries map[string]*sourceEntry
+	// users maps each deployment to the key of the source it reads, so
+	// that a source, and its artifact, go when their last deployment does.
+	users   map[types.NamespacedName]string
 	secrets map[types.NamespacedName]cachedSecret
 	now     func() time.Time
+
+	opts    ArtifactOptions
+	limits  sources.Limits
+	store   *sources.Store
+	renders chan struct{} // a slot per render running
 }
 
 // secretTTL is how long a source's Secret is trusted before it is read
@@ -88,8 +193,27 @@ type cachedSecret struct {
 	read   time.Time
 }
 
-func newSourceCache() *sourceCache {
-	return &sourceCache{entries: map[string]*sourceEntry{}, secrets: map[types.NamespacedName]cachedSecret{}, now: time.Now}
+func newSourceCache(opts ArtifactOptions) (*sourceCache, error) {
+	opts = opts.withDefaults()
+	store, err := sources.OpenStore(opts.CacheDir, opts.CacheMaxBytes)
+	if err != nil {
+		return nil, fmt.Errorf("--artifact-cache-dir: %w", err)
+	}
+	return &sourceCache{
+		entries: map[string]*sourceEntry{},
+		users:   map[types.NamespacedName]string{},
+		secrets: map[types.NamespacedName]cachedSecret{},
+		now:     time.Now,
+		opts:    opts,
+		limits:  opts.sourceLimits(),
+		store:   store,
+		renders: make(chan struct{}, opts.MaxConcurrentRenders),
+	}, nil
+}
+
+// close removes every artifact from disk; the daemon has stopped.
+func (c *sourceCache) close() error {
+	return c.store.Close()
 }
 
 // cachedSecret returns a Secret read less than secretTTL ago.
@@ -116,25 +240,38 @@ func (c *sourceCache) forgetSecrets() {
 	clear(c.secrets)
 }
 
-func (c *sourceCache) get(key string, create func() (sources.Source, error)) (*sourceEntry, error) {
+// get returns the entry of key for the deployment user, creating it the
+// first time.
+func (c *sourceCache) get(key string, user types.NamespacedName, create func() (sources.Source, error)) (*sourceEntry, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.entries[key]; ok {
-		return e, nil
+	e, ok := c.entries[key]
+	if !ok {
+		src, err := create()
+		if err != nil {
+			return nil, err
+		}
+		e = &sourceEntry{key: key, source: src, store: c.store, onAuthError: c.forgetSecrets}
+		c.entries[key] = e
 	}
-	src, err := create()
-	if err != nil {
-		return nil, err
+	if old, had := c.users[user]; !had || old != key {
+		// The deployment moved to another source (a new URL, rotated
+		// credentials): the old one may have no reader left.
+		c.users[user] = key
+		if had {
+			c.dropUnused(old)
+		}
 	}
-	e := &sourceEntry{source: src, onAuthError: c.forgetSecrets}
-	c.entries[key] = e
 	return e, nil
 }
 
 func (c *sourceCache) set(key string, src sources.Source) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.entries[key] = &sourceEntry{source: src}
+	if u, ok := src.(artifactCacheUser); ok {
+		u.SetArtifactCache(c.store.Dir(), c.limits)
+	}
+	c.entries[key] = &sourceEntry{key: key, source: src, store: c.store}
 }
 
 func (c *sourceCache) lookup(key string) (*sourceEntry, bool) {
@@ -142,6 +279,66 @@ func (c *sourceCache) lookup(key string) (*sourceEntry, bool) {
 	defer c.mu.Unlock()
 	e, ok := c.entries[key]
 	return e, ok
+}
+
+// forget drops what a deleted deployment held: its share of its source,
+// and the source with its artifact when no other deployment reads it.
+func (c *sourceCache) forget(user types.NamespacedName) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key, ok := c.users[user]
+	if !ok {
+		return
+	}
+	delete(c.users, user)
+	c.dropUnused(key)
+}
+
+// dropUnused drops the entry of key and its artifact if no deployment
+// reads it; the root source stays.
+func (c *sourceCache) dropUnused(key string) {
+	if key == rootSourceKey {
+		return
+	}
+	for _, k := range c.users {
+		if k == key {
+			return
+		}
+	}
+	delete(c.entries, key)
+	c.store.Drop(key)
+}
+
+// render builds the objects of a's artifact within the daemon's limits,
+// no more than MaxConcurrentRenders at once (kustomize's memory grows
+// with what it reads), keeping the artifact on disk while it reads it.
+// opts' limits are replaced by the daemon's.
+func (r *Reconciler) render(ctx context.Context, a *attempt, opts render.Options) ([]*unstructured.Unstructured, error) {
+	c := r.sources
+	opts.MaxFileBytes, opts.MaxBytes, opts.MaxObjects = c.opts.MaxFileBytes, c.opts.MaxRenderBytes, c.opts.MaxObjects
+	select {
+	case c.renders <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-c.renders }()
+	release, ok := c.store.Pin(a.artifact)
+	if !ok {
+		// The store evicted the artifact between the fetch and now.
+		art, _, err := a.source.fetch(ctx, a.revision)
+		if err != nil {
+			return nil, fmt.Errorf("fetch %s again: %w", a.revision, err)
+		}
+		a.artifact = art
+		if release, ok = c.store.Pin(art); !ok {
+			return nil, fmt.Errorf("fetch %s again: the artifact cache evicted it at once; raise --artifact-cache-max-bytes", a.revision)
+		}
+	}
+	defer release()
+	return render.Build(ctx, a.artifact.FS, opts)
 }
 
 // sourceFor returns the source entry of a deployment: its own git or OCI
@@ -156,6 +353,9 @@ func (r *Reconciler) sourceFor(ctx context.Context, cd *capstanv1.ClusterDeploym
 	case spec != nil && spec.OCI != nil:
 		return r.ociSourceFor(ctx, cd, spec.OCI)
 	}
+	// A deployment that named a source of its own and no longer does
+	// gives up its share of it.
+	r.sources.forget(client.ObjectKeyFromObject(cd))
 	e, ok := r.sources.lookup(rootSourceKey)
 	if !ok {
 		return nil, stages.Stalled(fmt.Errorf("spec.source: not set, and the daemon runs without a root source (--source); set spec.source.git.url or spec.source.oci.url"))
@@ -218,7 +418,8 @@ func (r *Reconciler) gitSourceFor(ctx context.Context, cd *capstanv1.ClusterDepl
 		}
 		key += fmt.Sprintf("|verify=%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
 	}
-	return r.sources.get(key, func() (sources.Source, error) {
+	opts.Limits, opts.CacheDir = r.sources.limits, r.sources.store.Dir()
+	return r.sources.get(key, client.ObjectKeyFromObject(cd), func() (sources.Source, error) {
 		src, err := git.New(opts)
 		if err != nil {
 			return nil, stages.Stalled(fmt.Errorf("spec.source.git: %w", err))
@@ -273,7 +474,9 @@ func (r *Reconciler) ociSourceFor(ctx context.Context, cd *capstanv1.ClusterDepl
 		}
 		key += fmt.Sprintf("|verify=%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
 	}
-	return r.sources.get(key, func() (sources.Source, error) {
+	opts.Limits, opts.CacheDir = r.sources.limits, r.sources.store.Dir()
+	opts.MaxDownloadBytes = r.sources.opts.MaxArtifactBytes
+	return r.sources.get(key, client.ObjectKeyFromObject(cd), func() (sources.Source, error) {
 		src, err := oci.New(opts)
 		if err != nil {
 			return nil, stages.Stalled(fmt.Errorf("spec.source.oci: %w", err))

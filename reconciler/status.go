@@ -61,6 +61,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, before, after *capstanv1.C
 	// Metrics follow what was written, so a long walk shows each stage as
 	// it moves rather than at the end of the reconcile.
 	r.metrics.RecordStages(after)
+	r.notifyStatus(after)
 	return nil
 }
 

@@ -40,6 +40,9 @@ type pushTrigger struct {
 	// elected is closed once this replica leads; a standby ignores pushes
 	// (nothing would drain them), and the leader's poll catches up.
 	elected <-chan struct{}
+	// shard, when sharding, makes every replica take pushes: it forwards
+	// those for deployments another replica owns (shard.go).
+	shard *sharding
 }
 
 var _ webhook.Trigger = (*pushTrigger)(nil)
@@ -57,7 +60,7 @@ func (p *pushTrigger) Match(repoURLs []string, branch string) (string, bool) {
 
 func (p *pushTrigger) Trigger(ctx context.Context, repoURL, branch string) {
 	logger := log.FromContext(ctx).WithName("webhook")
-	if p.elected != nil {
+	if p.elected != nil && p.shard == nil {
 		select {
 		case <-p.elected:
 		default:
@@ -71,6 +74,9 @@ func (p *pushTrigger) Trigger(ctx context.Context, repoURL, branch string) {
 		}
 		if f.deployment == nil {
 			p.root.kickNow()
+			continue
+		}
+		if p.shard.forward(ctx, p.client, f.deployment) {
 			continue
 		}
 		select {

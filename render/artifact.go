@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"path"
 	"sort"
@@ -16,12 +15,17 @@ import (
 	kyaml "sigs.k8s.io/kustomize/kyaml/yaml"
 )
 
-// artifact is the in-memory copy of an artifact that kustomize builds from,
-// with an index of what it holds. Paths are slash-separated and relative to
-// the root; in fs they are the same paths with a leading "/".
+// artifact is the view of an artifact that kustomize builds from: an index
+// of its directories and files, taken from directory listings alone, and
+// the content of the files the build reads, loaded when it first reads
+// them (see lazyFS). Files no kustomization reaches are never read, so
+// unrelated content in a repository costs neither memory nor a limit.
+// Paths are slash-separated and relative to the root; in fs they are the
+// same paths with a leading "/".
 type artifact struct {
-	fs filesys.FileSystem
-	// files maps each regular file to its size.
+	fs *lazyFS
+	// files maps each regular file to its size: the size the listing
+	// reported until the file is loaded, then the bytes actually read.
 	files map[string]int64
 	// dirs holds every directory, "." included.
 	dirs map[string]bool
@@ -36,19 +40,19 @@ type artifact struct {
 
 var errUnsupportedName = errors.New("file name not supported by kustomize's in-memory filesystem; rename it")
 
-// copyArtifact copies the regular files of fsys into a kustomize in-memory
-// filesystem, failing once there are more than opts.MaxFiles files or more
-// than opts.MaxBytes bytes. Symlinks and other irregular files are left out.
-func copyArtifact(ctx context.Context, fsys fs.FS, opts Options) (*artifact, error) {
+// indexArtifact lists the directories and regular files of fsys, failing
+// once there are more than opts.MaxFiles files, and returns an artifact
+// that loads their content on first use, within opts' per-file and total
+// limits. Symlinks and other irregular files are left out.
+func indexArtifact(ctx context.Context, fsys fs.FS, opts Options) (*artifact, error) {
 	a := &artifact{
-		fs:              filesys.MakeFsInMemory(),
 		files:           map[string]int64{},
 		dirs:            map[string]bool{".": true},
 		unsupported:     map[string]error{},
 		unsupportedDirs: map[string]bool{},
 		generated:       map[string]bool{},
 	}
-	var total int64
+	a.fs = newLazyFS(fsys, a, opts)
 	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return &Error{File: p, Err: fmt.Errorf("read artifact: %w", err)}
@@ -60,7 +64,7 @@ func copyArtifact(ctx context.Context, fsys fs.FS, opts Options) (*artifact, err
 			return nil
 		}
 		if d.IsDir() {
-			if err := a.fs.MkdirAll("/" + p); err != nil {
+			if err := a.fs.inner.MkdirAll("/" + p); err != nil {
 				a.unsupported[p] = fmt.Errorf("%w (%v)", errUnsupportedName, err)
 				a.unsupportedDirs[p] = true
 				return fs.SkipDir
@@ -74,16 +78,17 @@ func copyArtifact(ctx context.Context, fsys fs.FS, opts Options) (*artifact, err
 		if len(a.files) >= opts.MaxFiles {
 			return &Error{File: p, Err: fmt.Errorf("artifact has more than %d files: %w", opts.MaxFiles, ErrLimit)}
 		}
-		data, err := readLimited(fsys, p, opts.MaxBytes-total, opts.MaxBytes)
-		if err != nil {
-			return &Error{File: p, Err: err}
+		var size int64
+		if info, err := d.Info(); err == nil {
+			size = info.Size()
 		}
-		total += int64(len(data))
-		if err := a.fs.WriteFile("/"+p, data); err != nil {
+		// An empty placeholder, so that kustomize's listings, globs and
+		// existence checks see the file; lazyFS fills it on first read.
+		if err := a.fs.inner.WriteFile("/"+p, nil); err != nil {
 			a.unsupported[p] = fmt.Errorf("%w (%v)", errUnsupportedName, err)
 			return nil
 		}
-		a.files[p] = int64(len(data))
+		a.files[p] = size
 		return nil
 	})
 	if err != nil {
@@ -92,29 +97,27 @@ func copyArtifact(ctx context.Context, fsys fs.FS, opts Options) (*artifact, err
 	return a, nil
 }
 
-// readLimited reads a file that may be at most limit bytes long (what is
-// left of maxBytes), not trusting the size the file system reports.
-func readLimited(fsys fs.FS, p string, limit, maxBytes int64) ([]byte, error) {
-	f, err := fsys.Open(p)
-	if err != nil {
-		return nil, fmt.Errorf("read artifact: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("read artifact: %w", err)
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("artifact is larger than %d bytes: %w", maxBytes, ErrLimit)
-	}
-	return data, nil
-}
-
 func (a *artifact) isDir(p string) bool  { return a.dirs[p] }
 func (a *artifact) isFile(p string) bool { _, ok := a.files[p]; return ok }
 
+// read returns the content of the file p, loading it first if need be. A
+// limit it breaks is an error wrapping ErrLimit that does not name p: the
+// caller puts it in an *Error for p.
 func (a *artifact) read(p string) ([]byte, error) {
-	return a.fs.ReadFile("/" + p)
+	if err := a.fs.load(p); err != nil {
+		return nil, err
+	}
+	return a.fs.inner.ReadFile("/" + p)
+}
+
+// write puts a file render made itself into the filesystem kustomize reads.
+func (a *artifact) write(p string, data []byte) error {
+	if err := a.fs.inner.WriteFile("/"+p, data); err != nil {
+		return err
+	}
+	a.fs.loaded[p] = true
+	a.files[p] = int64(len(data))
+	return nil
 }
 
 // display is how errors name a file: generated ones say so, since the user
@@ -189,5 +192,7 @@ func (a *artifact) requestOrigins(kfile string) error {
 	if err != nil {
 		return &Error{File: a.display(kfile), Err: err}
 	}
-	return a.fs.WriteFile("/"+kfile, []byte(out))
+	return a.fs.inner.WriteFile("/"+kfile, []byte(out))
 }
+
+var _ filesys.FileSystem = (*lazyFS)(nil)

@@ -30,10 +30,12 @@ var kustomizeMu sync.Mutex
 // its objects in kustomize's order: the kustomization's sortOptions if it
 // has them, else kustomize's legacy order (namespaces and CRDs first).
 //
-// fsys is copied into memory first, within opts' limits, and kustomize runs
-// on that copy with plugins, helm and remote bases off and its load
-// restrictions on, so a build reads nothing but fsys and never touches the
-// network. Before kustomize runs, every kustomization reachable from the
+// Only the files the overlay's kustomizations reach are read from fsys,
+// when the check or kustomize first needs them, each within
+// opts.MaxFileBytes and all of them within opts.MaxBytes; the rest of fsys
+// is only listed. kustomize runs on that view with plugins, helm and
+// remote bases off and its load restrictions on, so a build reads nothing
+// but fsys and never touches the network. Before kustomize runs, every kustomization reachable from the
 // overlay is checked, and all problems found are returned together, each an
 // *Error naming the file, object and field. Problems kustomize itself finds
 // come back as one *Error naming the overlay's kustomization file.
@@ -59,7 +61,7 @@ func Build(ctx context.Context, fsys fs.FS, opts Options) ([]*unstructured.Unstr
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	a, err := copyArtifact(ctx, fsys, opts)
+	a, err := indexArtifact(ctx, fsys, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -91,6 +93,11 @@ func Build(ctx context.Context, fsys fs.FS, opts Options) ([]*unstructured.Unstr
 	}
 	m, err := runKustomize(a.fs, root, plan.usesOpenAPI)
 	if err != nil {
+		if a.fs.err != nil {
+			// A file only kustomize reads (one a builtin plugin's config
+			// names) broke a limit: say which, in render's words.
+			return nil, a.fs.err
+		}
 		return nil, &Error{File: a.display(kfile), Err: fmt.Errorf("kustomize build: %w", err)}
 	}
 	objs, files, err := toObjects(m, root, plan.keepOrigins)
@@ -98,7 +105,7 @@ func Build(ctx context.Context, fsys fs.FS, opts Options) ([]*unstructured.Unstr
 		return nil, &Error{File: a.display(kfile), Err: err}
 	}
 	if len(objs) > opts.MaxObjects {
-		return nil, &Error{File: a.display(kfile), Err: fmt.Errorf("build produced %d objects, more than %d: %w", len(objs), opts.MaxObjects, ErrLimit)}
+		return nil, &Error{File: a.display(kfile), Err: fmt.Errorf("build produced %d objects, more than --max-objects=%d: %w", len(objs), opts.MaxObjects, ErrLimit)}
 	}
 	if opts.substitutes() {
 		if err := substituteAll(ctx, objs, files, opts); err != nil {

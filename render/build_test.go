@@ -330,7 +330,8 @@ func TestBuildLimits(t *testing.T) {
 		want string
 	}{
 		{"too many files", small, func(o *Options) { o.MaxFiles = 1 }, "artifact has more than 1 files"},
-		{"too many bytes", small, func(o *Options) { o.MaxBytes = 30 }, "artifact is larger than 30 bytes"},
+		// Build no longer copies the artifact: the bound is on what it reads.
+		{"too many bytes", small, func(o *Options) { o.MaxBytes = 30 }, "cm.yaml: reading it brings what the build reads past --max-render-bytes=30B"},
 		{"too many objects", repo, func(o *Options) { o.Path = "clusters/mgmt"; o.MaxObjects = 3 }, "build would produce up to 5 objects, more than 3"},
 		{"a base used exponentially often", diamonds(20), func(o *Options) { o.Path = "l0" }, "more than 10000"},
 		{"a large file used by a generator many times", generatorBomb(200, 1<<16), func(o *Options) { o.MaxBytes = 1 << 20 }, "build could produce"},

@@ -113,10 +113,10 @@ func check(ctx context.Context, a *artifact, root, kfile string, opts Options) (
 	}
 	file := a.display(kfile)
 	if est.objects > opts.MaxObjects {
-		c.fail(&Error{File: file, Err: fmt.Errorf("build would produce up to %d objects, more than %d: %w", est.objects, opts.MaxObjects, ErrLimit)})
+		c.fail(&Error{File: file, Err: fmt.Errorf("build would produce up to %d objects, more than %d (--max-objects): %w", est.objects, opts.MaxObjects, ErrLimit)})
 	}
 	if est.bytes > opts.MaxBytes {
-		c.fail(&Error{File: file, Err: fmt.Errorf("build could produce %d bytes (counting files each time they are used, and kustomizations, targeted patches and transformers once per object they may apply to), more than %d: %w", est.bytes, opts.MaxBytes, ErrLimit)})
+		c.fail(&Error{File: file, Err: fmt.Errorf("build could produce %d bytes (counting files each time they are used, and kustomizations, targeted patches and transformers once per object they may apply to), more than %d (--max-render-bytes): %w", est.bytes, opts.MaxBytes, ErrLimit)})
 	}
 	return c.plan, errors.Join(c.errs...)
 }

@@ -132,6 +132,7 @@ func (c *checker) resourceFile(p string, plugin bool) *checkedFile {
 		c.fail(&Error{File: p, Err: err})
 		return cf
 	}
+	cf.est.bytes = c.a.files[p] // what was read, not what the listing said
 	docs, err := decodeDocuments(data)
 	if err != nil {
 		c.fail(&Error{File: p, Err: fmt.Errorf("invalid YAML: %w", err)})

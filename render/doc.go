@@ -10,11 +10,13 @@
 // belong to the stages and the reconciler.
 //
 // Artifacts come from the network and are not trusted. Build therefore
-// copies the artifact into memory within size limits, checks every
-// kustomization it reaches before kustomize runs (no URLs or git bases, no
-// plugins other than kustomize's builtins, no helm, no cycles, files inside
-// the kustomization's directory, objects with an identity), runs kustomize
-// with load restrictions on and recovers from its panics. Whatever is wrong
+// reads only the files the overlay's kustomizations reach, when they are
+// first needed, each within a per-file limit and all within a limit on
+// what one build reads (kustomize's memory grows with its input), checks
+// every kustomization it reaches before kustomize runs (no URLs or git
+// bases, no plugins other than kustomize's builtins, no helm, no cycles,
+// files inside the kustomization's directory, objects with an identity),
+// runs kustomize with load restrictions on and recovers from its panics. Whatever is wrong
 // is reported at once as *Error values that name the file, the object and
 // the field, joined with errors.Join, so that a user can fix a commit in
 // one go. All of them are stalled errors: retrying without a new revision

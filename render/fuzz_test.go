@@ -2,6 +2,7 @@ package render
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -54,4 +55,38 @@ func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 			t.Errorf("%s does not marshal: %v", objectNameOf(obj), err)
 		}
 	}
+}
+
+// FuzzBuildReadLimits feeds files of any content and any reported size
+// to Build under small limits: whatever the listing says, Build never
+// reads more than a limit (plus the byte that tells it broke one) from any
+// file, nor from the artifact in total, and it never reads a file no
+// kustomization reaches.
+func FuzzBuildReadLimits(f *testing.F) {
+	f.Add([]byte("resources: [res.yaml]\n"), []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n"), int64(10), uint16(64), uint16(200))
+	f.Add([]byte("resources: [res.yaml, res.yaml]\n"), []byte(strings.Repeat("a: b\n", 100)), int64(-1), uint16(0), uint16(0))
+	f.Fuzz(func(t *testing.T, kustomization, resource []byte, reported int64, maxFile, maxTotal uint16) {
+		m := fstest.MapFS{
+			"app/kustomization.yaml": {Data: kustomization},
+			"app/res.yaml":           {Data: resource},
+			"unrelated/big.yaml":     {Data: resource},
+		}
+		src := newOpenCounter(m)
+		src.lies["app/res.yaml"] = reported
+		opts := DefaultOptions()
+		opts.Path = "app"
+		opts.MaxFileBytes = int64(maxFile) + 1
+		opts.MaxBytes = int64(maxTotal) + 1
+		objs, err := Build(context.Background(), src, opts)
+		if err == nil {
+			checkObjects(t, objs)
+		}
+		if src.opened["unrelated/big.yaml"] != 0 {
+			t.Fatal("read a file no kustomization reaches")
+		}
+		files := int64(len(src.opened))
+		if src.read > opts.MaxBytes+files {
+			t.Fatalf("read %d bytes from %d files, over the limit of %d", src.read, files, opts.MaxBytes)
+		}
+	})
 }

@@ -71,10 +71,9 @@ func (a *artifact) generateKustomization(dir string) (string, error) {
 		return "", fmt.Errorf("generate kustomization for %s: %w", dir, err)
 	}
 	kfile := path.Join(dir, konfig.DefaultKustomizationFileName())
-	if err := a.fs.WriteFile("/"+kfile, data); err != nil {
+	if err := a.write(kfile, data); err != nil {
 		return "", &Error{File: kfile, Err: fmt.Errorf("generate kustomization: %w", err)}
 	}
-	a.files[kfile] = int64(len(data))
 	a.generated[kfile] = true
 	return kfile, nil
 }

@@ -13,8 +13,9 @@ import (
 // LoadManifests reads every *.yaml and *.yml file below dir in fsys as
 // plain multi-document YAML (no kustomize) and returns the objects whose
 // apiVersion and kind keep accepts, in file order (lexical) and document
-// order. A nil keep accepts everything. The daemon uses it to discover the
-// ClusterDeployments committed under a root path.
+// order. A nil keep accepts everything. A file larger than
+// DefaultMaxFileBytes is an *Error, never read whole. The daemon uses it
+// to discover the ClusterDeployments committed under a root path.
 //
 // kustomization.yaml and kustomization.yml files are skipped, and so are
 // hidden files and directories (".github"). Documents that keep rejects are
@@ -52,7 +53,15 @@ func LoadManifests(fsys fs.FS, dir string, keep func(apiVersion, kind string) bo
 		if d.IsDir() || !d.Type().IsRegular() || !isManifestFile(p) {
 			return nil
 		}
-		data, err := fs.ReadFile(fsys, p)
+		if info, err := d.Info(); err == nil && info.Size() > DefaultMaxFileBytes {
+			errs = append(errs, &Error{File: p, Err: manifestLimitError(info.Size())})
+			return nil
+		}
+		data, err := readAtMost(fsys, p, DefaultMaxFileBytes)
+		if errors.Is(err, errTooLong) {
+			errs = append(errs, &Error{File: p, Err: manifestLimitError(int64(len(data)))})
+			return nil
+		}
 		if err != nil {
 			errs = append(errs, &Error{File: p, Err: err})
 			return nil
@@ -91,6 +100,13 @@ func LoadManifests(fsys fs.FS, dir string, keep func(apiVersion, kind string) bo
 		errs = append(errs, walkErr)
 	}
 	return objs, errors.Join(errs...)
+}
+
+// manifestLimitError is the error of a manifest file over the size
+// LoadManifests reads: a file of ClusterDeployments is a few KiB, so a
+// larger one is a mistake, never read whole.
+func manifestLimitError(size int64) error {
+	return fmt.Errorf("%d bytes, more than %s, the most a manifest file may hold; split the file: %w", size, formatBytes(DefaultMaxFileBytes), ErrLimit)
 }
 
 // isManifestFile says whether LoadManifests reads a file.

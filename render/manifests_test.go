@@ -1,10 +1,12 @@
 package render
 
 import (
+	"errors"
 	"os"
 	"reflect"
 	"strings"
 	"testing"
+	"testing/fstest"
 )
 
 func isClusterDeployment(apiVersion, kind string) bool {
@@ -89,5 +91,21 @@ func TestLoadManifestsErrors(t *testing.T) {
 func TestLoadManifestsRefusesPathsOutsideTheArtifact(t *testing.T) {
 	if _, err := LoadManifests(os.DirFS("testdata/manifests"), "../repo", nil); err == nil {
 		t.Fatal("no error")
+	}
+}
+
+// A manifest file too large to be ClusterDeployments is reported, never
+// read whole, and the other files still load.
+func TestLoadManifestsRefusesAnOversizedFile(t *testing.T) {
+	fsys := fstest.MapFS{
+		"clusters/a.yaml":   {Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n")},
+		"clusters/big.yaml": {Data: []byte(strings.Repeat("#", int(DefaultMaxFileBytes)+1))},
+	}
+	objs, err := LoadManifests(fsys, "clusters", nil)
+	if err == nil || !strings.Contains(err.Error(), "clusters/big.yaml: 8388609 bytes, more than 8MiB") || !errors.Is(err, ErrLimit) {
+		t.Fatalf("got %v, want a limit error naming clusters/big.yaml", err)
+	}
+	if len(objs) != 1 {
+		t.Errorf("got %d objects, want the one of a.yaml", len(objs))
 	}
 }

@@ -13,8 +13,12 @@ import (
 const (
 	// DefaultMaxFiles is the default for Options.MaxFiles.
 	DefaultMaxFiles = 10000
-	// DefaultMaxBytes is the default for Options.MaxBytes.
-	DefaultMaxBytes int64 = 64 << 20
+	// DefaultMaxBytes is the default for Options.MaxBytes. kustomize
+	// takes about 13 times its input in memory (docs/limits.md), so this
+	// bounds one build to about 200 MiB.
+	DefaultMaxBytes int64 = 16 << 20
+	// DefaultMaxFileBytes is the default for Options.MaxFileBytes.
+	DefaultMaxFileBytes int64 = 8 << 20
 	// DefaultMaxObjects is the default for Options.MaxObjects.
 	DefaultMaxObjects = 10000
 )
@@ -33,12 +37,17 @@ type Options struct {
 	// Substitute an error instead of an empty string. It turns substitution
 	// on even when Substitute is nil.
 	StrictSubstitute bool
-	// MaxFiles is how many regular files the artifact may hold. Zero means
-	// DefaultMaxFiles.
+	// MaxFiles is how many regular files the artifact may hold; only
+	// their names and sizes are read for this. Zero means DefaultMaxFiles.
 	MaxFiles int
-	// MaxBytes bounds the total size of the artifact's regular files, and
-	// also the estimated input of the build, where a file counts each time
-	// a kustomization uses it. Zero means DefaultMaxBytes.
+	// MaxFileBytes bounds each file the build reads. Files no
+	// kustomization reaches are never read and may be larger. Zero means
+	// DefaultMaxFileBytes. `capstan run --max-file-bytes` sets it.
+	MaxFileBytes int64
+	// MaxBytes bounds what the build reads, each file counted once, and
+	// also its estimated input, where a file counts each time a
+	// kustomization uses it: this is what bounds kustomize's memory. Zero
+	// means DefaultMaxBytes. `capstan run --max-render-bytes` sets it.
 	MaxBytes int64
 	// MaxObjects is how many objects the build may produce, estimated from
 	// the kustomizations before kustomize runs and checked after. Zero means
@@ -50,10 +59,11 @@ type Options struct {
 // limits and substitution off.
 func DefaultOptions() Options {
 	return Options{
-		Path:       ".",
-		MaxFiles:   DefaultMaxFiles,
-		MaxBytes:   DefaultMaxBytes,
-		MaxObjects: DefaultMaxObjects,
+		Path:         ".",
+		MaxFiles:     DefaultMaxFiles,
+		MaxFileBytes: DefaultMaxFileBytes,
+		MaxBytes:     DefaultMaxBytes,
+		MaxObjects:   DefaultMaxObjects,
 	}
 }
 
@@ -72,13 +82,16 @@ func (o Options) normalize() (Options, error) {
 	if o.MaxFiles == 0 {
 		o.MaxFiles = DefaultMaxFiles
 	}
+	if o.MaxFileBytes == 0 {
+		o.MaxFileBytes = DefaultMaxFileBytes
+	}
 	if o.MaxBytes == 0 {
 		o.MaxBytes = DefaultMaxBytes
 	}
 	if o.MaxObjects == 0 {
 		o.MaxObjects = DefaultMaxObjects
 	}
-	if o.MaxFiles < 0 || o.MaxBytes < 0 || o.MaxObjects < 0 {
+	if o.MaxFiles < 0 || o.MaxFileBytes < 0 || o.MaxBytes < 0 || o.MaxObjects < 0 {
 		errs = append(errs, errors.New("limits must not be negative"))
 	}
 	names := make([]string, 0, len(o.Substitute))

@@ -4,9 +4,10 @@
 // revision moved). Sub-packages implement it for git, OCI and local folders.
 // Everything downstream (render, stages) only ever sees an Artifact.
 //
-// Every source builds its Artifact.FS with a MemFSBuilder, the one place that
+// Every source builds its Artifact.FS with a Builder, the one place that
 // enforces what an artifact may hold (regular files inside the root, within
-// Limits); Symlinks turns the links of an archive or a folder into copies of
+// Limits), in memory or, for the daemon, streamed into a directory of its
+// artifact cache (Store) so that artifacts cost disk rather than memory; Symlinks turns the links of an archive or a folder into copies of
 // their targets, or refuses them. Sources wrap ErrAuth, ErrNotFound,
 // ErrRefused or ErrInvalid into failures that retrying cannot fix, so that
 // the reconciler can tell them from transient ones with IsStalled.

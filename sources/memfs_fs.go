@@ -4,18 +4,22 @@ import (
 	"bytes"
 	"io"
 	"io/fs"
+	"os"
 	"path"
 	"slices"
 	"strings"
 	"time"
 )
 
-// memFS is the read-only filesystem a MemFSBuilder hands out. Directory
+// memFS is the read-only filesystem a Builder hands out. Directory
 // listings are computed once, so walking an artifact of n files costs O(n)
 // rather than the O(n²) of a flat map scanned per directory.
 type memFS struct {
 	files map[string]*memFile
 	dirs  map[string][]fs.DirEntry // sorted by name
+	// root holds the files' content when a disk builder wrote it; nil
+	// when it is in memory.
+	root *os.Root
 }
 
 var (
@@ -25,7 +29,8 @@ var (
 )
 
 type memFile struct {
-	data []byte
+	data []byte // nil when the content is on disk
+	size int64
 	mode fs.FileMode
 }
 
@@ -64,7 +69,7 @@ func (m *memFS) stat(op, name string) (memEntry, error) {
 		return memEntry{}, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
 	}
 	if f, ok := m.files[name]; ok {
-		return memEntry{name: path.Base(name), size: int64(len(f.data)), mode: f.mode}, nil
+		return memEntry{name: path.Base(name), size: f.size, mode: f.mode}, nil
 	}
 	if _, ok := m.dirs[name]; ok {
 		return memEntry{name: path.Base(name), mode: fs.ModeDir | 0o755}, nil
@@ -80,6 +85,13 @@ func (m *memFS) Open(name string) (fs.File, error) {
 	}
 	if e.IsDir() {
 		return &openDir{entry: e, path: name, entries: m.dirs[name]}, nil
+	}
+	if m.root != nil {
+		f, err := m.root.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		return &diskFile{File: f, entry: e}, nil
 	}
 	return &openFile{entry: e, path: name, r: bytes.NewReader(m.files[name].data)}, nil
 }
@@ -102,6 +114,9 @@ func (m *memFS) ReadFile(name string) ([]byte, error) {
 	}
 	if e.IsDir() {
 		return nil, &fs.PathError{Op: "read", Path: name, Err: errIsDir}
+	}
+	if m.root != nil {
+		return m.root.ReadFile(name)
 	}
 	return bytes.Clone(m.files[name].data), nil
 }
@@ -143,6 +158,15 @@ func (f *openFile) ReadAt(p []byte, off int64) (int, error) {
 func (f *openFile) Seek(offset int64, whence int) (int64, error) {
 	return f.r.Seek(offset, whence)
 }
+
+// diskFile is an open file of a disk artifact; it describes itself as the
+// index does (no modification time), whatever the disk says.
+type diskFile struct {
+	*os.File
+	entry memEntry
+}
+
+func (f *diskFile) Stat() (fs.FileInfo, error) { return f.entry, nil }
 
 // openDir is an open directory; ReadDir pages through its entries.
 type openDir struct {

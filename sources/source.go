@@ -3,6 +3,7 @@ package sources
 import (
 	"context"
 	"io/fs"
+	"os"
 )
 
 // Artifact is one immutable snapshot of a source: the revision it was taken at
@@ -16,6 +17,20 @@ type Artifact struct {
 	FS fs.FS
 	// Size is the total size in bytes of the regular files in FS.
 	Size int64
+	// Dir is the directory holding FS's files when the source wrote them
+	// to disk (its options named a cache directory), "" when FS is in
+	// memory. Whoever holds the Artifact removes it, with Remove, once
+	// nothing reads FS any more; a Store does that for the daemon.
+	Dir string
+}
+
+// Remove deletes the files of an artifact on disk; FS must not be read
+// afterwards. It does nothing for an artifact in memory.
+func (a *Artifact) Remove() error {
+	if a == nil || a.Dir == "" {
+		return nil
+	}
+	return os.RemoveAll(a.Dir)
 }
 
 // Source is where cluster definitions come from. Implementations keep

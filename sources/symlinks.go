@@ -18,7 +18,7 @@ const (
 )
 
 // Symlinks collects the symbolic links of an artifact while its regular
-// files go into a MemFSBuilder, and, once every file is in, replaces each
+// files go into a Builder, and, once every file is in, replaces each
 // link by a copy of what it resolves to: a file, or a whole directory. An
 // Artifact never holds a link, so nothing downstream can be led outside
 // the artifact by one. A link that resolves outside the artifact root,
@@ -34,7 +34,7 @@ type Symlinks struct {
 func (s *Symlinks) Len() int { return len(s.links) }
 
 // Add records a link at name (a relative slash path, as for
-// MemFSBuilder.Add) pointing to target. Only the link's own path is
+// Builder.Add) pointing to target. Only the link's own path is
 // checked here; where it points is checked by CopyInto, when every file is
 // known.
 func (s *Symlinks) Add(name, target string) error {
@@ -64,7 +64,7 @@ func (s *Symlinks) Add(name, target string) error {
 // and the other links, and adds at each link's path a copy of its target.
 // Copies count against b's limits like any file, so a link that fans a
 // directory out many times is refused once the artifact is too big.
-func (s *Symlinks) CopyInto(ctx context.Context, b *MemFSBuilder) error {
+func (s *Symlinks) CopyInto(ctx context.Context, b *Builder) error {
 	if len(s.links) == 0 {
 		return nil
 	}
@@ -95,7 +95,7 @@ func (s *Symlinks) CopyInto(ctx context.Context, b *MemFSBuilder) error {
 
 // linkResolver resolves links against a snapshot of the builder's files.
 type linkResolver struct {
-	b     *MemFSBuilder
+	b     *Builder
 	links map[string]string
 	files []string // sorted snapshot of the regular files, before any copy
 	names []string // sorted link paths
@@ -113,8 +113,7 @@ func (r *linkResolver) copyLink(ctx context.Context, dst, link string, expanding
 		return err
 	}
 	if !isDir {
-		f := r.b.files[target]
-		if err := r.b.Add(dst, f.data, f.mode); err != nil {
+		if err := r.b.copyFile(dst, target); err != nil {
 			return fmt.Errorf("symlink %s: copy %s: %w", link, target, err)
 		}
 		return nil
@@ -131,8 +130,7 @@ func (r *linkResolver) copyLink(ctx context.Context, dst, link string, expanding
 // copyDir copies the files and links below the real directory src to dst.
 func (r *linkResolver) copyDir(ctx context.Context, dst, src string, expanding []string) error {
 	for _, name := range below(r.files, src) {
-		f := r.b.files[name]
-		if err := r.b.Add(join(dst, rel(src, name)), f.data, f.mode); err != nil {
+		if err := r.b.copyFile(join(dst, rel(src, name)), name); err != nil {
 			return fmt.Errorf("copy directory %s to %s: %w", displayDir(src), dst, err)
 		}
 	}

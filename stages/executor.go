@@ -78,6 +78,8 @@ type Executor struct {
 	// identity identifies the Capstan writing (WithIdentity).
 	identity  *identity
 	installer Installer
+	// claim, when set, is asked before every write (WithClaim).
+	claim func(context.Context, Owner) error
 	// kubeConfig and kubeConfigNamespace say where the connection to
 	// cluster was read from, when it is not the home cluster.
 	kubeConfig          *capstanv1.SecretKeyReference

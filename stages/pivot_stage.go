@@ -102,6 +102,9 @@ type discoverer interface {
 // checkFence returns a stalled error when another Capstan owns the
 // deployment in the cluster the executor writes to.
 func (e *Executor) checkFence(ctx context.Context, owner Owner) error {
+	if err := e.checkClaim(ctx, owner); err != nil {
+		return err
+	}
 	id, name, err := e.identity.get(ctx)
 	if err != nil || id == "" {
 		return err
@@ -561,6 +564,9 @@ func (e *Executor) cleanUpBootstrap(ctx context.Context, stage *Stage) ([]string
 // and says so in status.pivot, which the source's Capstan waits for.
 func (e *Executor) takeOver(ctx context.Context, stage *Stage, owner Owner, cd *capstanv1.ClusterDeployment, from string) Result {
 	res := Result{Stage: stage.Name, State: capstanv1.StageInProgress}
+	if err := e.checkClaim(ctx, owner); err != nil {
+		return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
+	}
 	id, name, err := e.identity.get(ctx)
 	if err != nil {
 		return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))

@@ -11,6 +11,7 @@ const ClusterDeploymentKind = "ClusterDeployment"
 
 // ClusterDeploymentSpec says which overlay describes a cluster, from which
 // source, and in which stages it is applied.
+// +kubebuilder:validation:XValidation:rule="!has(self.report) || !has(self.report.gitStatus) || !has(self.source) || !has(self.source.git) || (has(self.report.gitStatus.url) && self.report.gitStatus.url != self.source.git.url) || (has(self.report.gitStatus.branch) ? self.report.gitStatus.branch : 'capstan/status') != (has(self.source.git.ref) && has(self.source.git.ref.branch) ? self.source.git.ref.branch : 'main')",message="spec.report.gitStatus.branch is the branch spec.source.git reads: a status commit would trigger a reconcile of itself; pick another branch (default capstan/status)"
 type ClusterDeploymentSpec struct {
 	// Source is where the overlay is read from. When empty, the deployment
 	// uses the root source of the daemon that discovered it (`capstan run
@@ -84,6 +85,53 @@ type ClusterDeploymentSpec struct {
 	// +optional
 	// +kubebuilder:validation:Enum=correct;report;ignore
 	Drift DriftPolicy `json:"drift,omitempty"`
+
+	// Report says where the deployment's progress is written back besides
+	// its status (docs/report.md).
+	// +optional
+	Report *ReportSpec `json:"report,omitempty"`
+}
+
+// ReportSpec says where a deployment's progress is written back.
+type ReportSpec struct {
+	// GitStatus commits the deployment's status, as the file
+	// status/<namespace>/<name>.yaml, to a branch of a git repository.
+	// +optional
+	GitStatus *GitStatusReport `json:"gitStatus,omitempty"`
+}
+
+// DefaultStatusBranch is the branch status commits go to when
+// GitStatusReport.Branch is empty.
+const DefaultStatusBranch = "capstan/status"
+
+// GitStatusReport says where status commits go. The branch is never one
+// Capstan reads, so that a status commit cannot trigger a reconcile.
+type GitStatusReport struct {
+	// URL of the repository. Defaults to spec.source.git.url, or the root
+	// source's URL for a deployment that reads the root source; required
+	// for an OCI source.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	URL string `json:"url,omitempty"`
+
+	// Branch the status commits go to. Defaults to capstan/status. It must
+	// not be the branch the deployment (or any other) reads.
+	// +optional
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._/-]*$`
+	Branch string `json:"branch,omitempty"`
+
+	// Interval is the coalescing window: at most one commit per
+	// deployment per interval. Defaults to 30s.
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
+
+	// SecretRef names a Secret in the deployment's namespace with
+	// credentials that may push: `username` and `password` (or a token)
+	// for https, `identity` and `known_hosts` for ssh. Defaults to
+	// spec.source.git.secretRef.
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
 }
 
 // PruneSpec tunes pruning.

@@ -3,7 +3,10 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -14,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/capstan-dev/capstan/reconciler"
+	"github.com/capstan-dev/capstan/sources"
 	"github.com/capstan-dev/capstan/sources/dir"
 	"github.com/capstan-dev/capstan/sources/git"
 )
@@ -63,12 +67,15 @@ func (f *rootFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.knownHostsFile, "source-known-hosts-file", "", "known_hosts file for an ssh root source")
 }
 
-func (f *rootFlags) options() (*reconciler.RootOptions, error) {
+func (f *rootFlags) options(limits reconciler.ArtifactOptions) (*reconciler.RootOptions, error) {
 	if f.dir != "" {
 		if f.url != "" {
 			return nil, fmt.Errorf("--dir and --source both name a root source; give one")
 		}
-		src, err := dir.New(dir.Options{Path: f.dir})
+		// A local directory is read into memory (it is hashed on every
+		// poll), within the artifact limits.
+		src, err := dir.New(dir.Options{Path: f.dir, Limits: sources.Limits{
+			MaxFileBytes: limits.MaxFileBytes, MaxTotalBytes: limits.MaxArtifactBytes}})
 		if err != nil {
 			return nil, fmt.Errorf("--dir: %w", err)
 		}
@@ -106,6 +113,7 @@ type daemonFlags struct {
 	logFormat               string
 	webhookAddr             string
 	leader                  reconciler.LeaderElectionOptions
+	sharding                reconciler.ShardingOptions
 	mirrorInterval          time.Duration
 	clusterName             string
 }
@@ -125,8 +133,73 @@ func (f *daemonFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.leader.RenewDeadline, "leader-election-renew-deadline", d.LeaderElection.RenewDeadline, "how long the leader tries to renew before it stops acting and exits")
 	fs.DurationVar(&f.leader.RetryPeriod, "leader-election-retry-period", d.LeaderElection.RetryPeriod, "how often candidates try to take or renew the Lease")
 	fs.DurationVar(&f.mirrorInterval, "mirror-interval", d.Reconciler.MirrorInterval, "how often the mirrors a pivot leaves in this cluster take the status of the deployment, Clusters and Machines in the target")
+	ds := reconciler.DefaultShardingOptions()
+	fs.BoolVar(&f.sharding.Enabled, "sharding", false, "every replica acts, each on its share of the ClusterDeployments (rendezvous hashing over the live replicas' Leases, docs/sharding.md); the leader alone runs the root source")
+	fs.StringVar(&f.sharding.Group, "sharding-group", ds.Group, "name the sharded replicas share (label capstan.dev/replica-of of their Leases)")
+	fs.StringVar(&f.sharding.Namespace, "sharding-namespace", "", "namespace of the replicas' membership Leases (default: the pod's namespace, else capstan-system)")
+	fs.DurationVar(&f.sharding.LeaseDuration, "sharding-lease-duration", ds.LeaseDuration, "how long a replica counts as live after its last renewal, and a deployment's claim after its holder's last renewal: a dead replica's share moves after this")
+	fs.DurationVar(&f.sharding.RenewPeriod, "sharding-renew-period", ds.RenewPeriod, "how often a replica renews its Lease and looks at the others' (at most a third of the lease duration)")
 	fs.StringVar(&f.clusterName, "cluster-name", "", `this cluster's name, for people: in fencing records and on deployments it moves (default "cluster <id>")`)
 	fs.StringVar(&f.webhookAddr, "webhook-addr", "", `address of the push receiver (POST /hook/github|gitlab|gitea|generic), e.g. ":9292"; secrets come from $CAPSTAN_WEBHOOK_GITHUB_SECRET, $CAPSTAN_WEBHOOK_GITLAB_TOKEN, $CAPSTAN_WEBHOOK_GITEA_SECRET, $CAPSTAN_WEBHOOK_TOKEN`)
+}
+
+// limitFlags bound what artifacts and renders may take, so that the
+// daemon's memory holds whatever its sources contain (docs/limits.md).
+type limitFlags struct {
+	opts reconciler.ArtifactOptions
+}
+
+func (f *limitFlags) BindFlags(fs *pflag.FlagSet) {
+	d := reconciler.DefaultArtifactOptions()
+	f.opts = d
+	fs.StringVar(&f.opts.CacheDir, "artifact-cache-dir", d.CacheDir, "directory where fetched artifacts are kept, on disk rather than in memory; the daemon uses a subdirectory of its own and removes it when it stops")
+	fs.Var(byteSize{&f.opts.CacheMaxBytes}, "artifact-cache-max-bytes", "artifacts kept on disk, least recently used removed first; an artifact in use or fetched in the last minute stays (e.g. 512MiB)")
+	fs.Var(byteSize{&f.opts.MaxFileBytes}, "max-file-bytes", "largest file of an artifact, and largest file a render reads")
+	fs.Var(byteSize{&f.opts.MaxArtifactBytes}, "max-artifact-bytes", "largest artifact: all its files together, and an OCI artifact's compressed layer")
+	fs.Var(byteSize{&f.opts.MaxDecompressedBytes}, "max-decompressed-bytes", "most bytes an OCI layer or a git pack may inflate to; a compressed bomb stops there while it streams")
+	fs.Var(byteSize{&f.opts.MaxRenderBytes}, "max-render-bytes", "most bytes one render reads: the files its kustomizations reach, each counted once (kustomize takes about 13 times this in memory)")
+	fs.IntVar(&f.opts.MaxObjects, "max-objects", d.MaxObjects, "most objects one revision of a deployment renders to")
+	fs.IntVar(&f.opts.MaxConcurrentRenders, "max-concurrent-renders", d.MaxConcurrentRenders, "renders running at once; each takes up to about 13 times --max-render-bytes of memory")
+}
+
+// byteSize is a flag of a byte count: 1048576, 1MiB, 1Mi, 512KiB, 2GiB.
+type byteSize struct{ v *int64 }
+
+func (b byteSize) String() string {
+	if b.v == nil {
+		return ""
+	}
+	return sources.FormatBytes(*b.v)
+}
+
+func (b byteSize) Type() string { return "bytes" }
+
+func (b byteSize) Set(s string) error {
+	n, err := parseBytes(s)
+	if err != nil {
+		return err
+	}
+	*b.v = n
+	return nil
+}
+
+// parseBytes reads a byte count with an optional binary unit.
+func parseBytes(s string) (int64, error) {
+	num := strings.TrimRight(s, "KMGTiB")
+	unit := s[len(num):]
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%q: want a positive number of bytes, e.g. 8MiB, 512KiB or 1048576", s)
+	}
+	shift := map[string]uint{"": 0, "B": 0, "Ki": 10, "KiB": 10, "Mi": 20, "MiB": 20, "Gi": 30, "GiB": 30, "Ti": 40, "TiB": 40}
+	sh, ok := shift[unit]
+	if !ok {
+		return 0, fmt.Errorf("%q: unknown unit %q; use B, KiB, MiB, GiB or TiB", s, unit)
+	}
+	if n > math.MaxInt64>>sh {
+		return 0, fmt.Errorf("%q: too large", s)
+	}
+	return n << sh, nil
 }
 
 func newRunCommand() *cobra.Command {
@@ -134,6 +207,8 @@ func newRunCommand() *cobra.Command {
 	var root rootFlags
 	var daemon daemonFlags
 	var self selfInstallFlags
+	var limits limitFlags
+	var rep reportFlags
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the daemon: reconcile every ClusterDeployment, and those committed under the root source",
@@ -146,7 +221,7 @@ func newRunCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rootOpts, err := root.options()
+			rootOpts, err := root.options(limits.opts)
 			if err != nil {
 				return err
 			}
@@ -158,8 +233,11 @@ func newRunCommand() *cobra.Command {
 			opts.Reconciler.WaitSlice = daemon.waitSlice
 			opts.Webhook = daemon.webhook()
 			opts.LeaderElection = daemon.leader
+			opts.Sharding = daemon.sharding
 			opts.Reconciler.MirrorInterval = daemon.mirrorInterval
 			opts.ClusterName = daemon.clusterName
+			opts.Artifacts = limits.opts
+			opts.Report = rep.opts
 			if i := self.installer(root); i != nil {
 				opts.Installer = i
 			}
@@ -174,6 +252,8 @@ func newRunCommand() *cobra.Command {
 	root.BindFlags(cmd.Flags())
 	daemon.BindFlags(cmd.Flags())
 	self.BindFlags(cmd.Flags())
+	limits.BindFlags(cmd.Flags())
+	rep.BindFlags(cmd.Flags())
 	return cmd
 }
 

@@ -138,7 +138,7 @@ func Snapshot(ctx context.Context, path string, limits sources.Limits) (*sources
 
 // addFile reads the regular file p of root into b, checking the limits
 // before reading and reading no more than they allow.
-func addFile(root *os.Root, b *sources.MemFSBuilder, p string) error {
+func addFile(root *os.Root, b *sources.Builder, p string) error {
 	f, err := root.Open(p)
 	if err != nil {
 		return err
@@ -154,11 +154,9 @@ func addFile(root *os.Root, b *sources.MemFSBuilder, p string) error {
 	if err := b.Allow(p, info.Size()); err != nil {
 		return err
 	}
-	data, err := io.ReadAll(io.LimitReader(f, b.Limits().MaxFileBytes+1))
-	if err != nil {
-		return err
-	}
-	return b.Add(p, data, info.Mode().Perm())
+	// A file that grows while it is read is cut at the size it had: the
+	// revision hashes what the artifact holds.
+	return b.AddReader(p, f, info.Size(), info.Mode().Perm())
 }
 
 func describe(t fs.FileMode) string {

@@ -1,9 +1,12 @@
 // Package git is the git implementation of sources.Source. Revision is an
 // ls-remote (one request, no objects downloaded); Fetch makes a shallow,
-// single-branch clone into memory and copies the commit's tree into a
-// sources.MemFSBuilder, so that size limits, path checks and symlink rules
-// are applied before anything downstream sees the files. There is no
-// worktree and nothing is written to disk.
+// single-branch clone into a temporary directory and copies the commit's
+// tree into a sources.Builder, so that size limits, path checks and
+// symlink rules are applied before anything downstream sees the files.
+// The pack is staged on disk and checked object by object before go-git
+// indexes it (packCheck), so memory holds at most one object of it, and
+// the artifact goes to disk when Options.CacheDir is set. There is no
+// worktree.
 //
 // Supported URLs are https://, http://, ssh://, git://, file:// and the
 // scp-like user@host:path. Credentials come from Auth (the deployment's

@@ -2,29 +2,43 @@ package git
 
 import (
 	"context"
-	"fmt"
+	"os"
 
+	"github.com/go-git/go-billy/v5/osfs"
 	gogit "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
-	"github.com/go-git/go-git/v5/plumbing/object"
-	"github.com/go-git/go-git/v5/plumbing/storer"
-	"github.com/go-git/go-git/v5/storage/memory"
+	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/storage/filesystem"
 
 	"github.com/capstan-dev/capstan/sources"
 )
 
 // Fetch implements sources.Source: a shallow (depth 1) clone of the
-// followed branch into memory, whose commit tree is then copied into an
-// Artifact. The artifact's revision is the commit actually fetched, which
-// may be newer than what Revision answered a moment before.
+// followed branch into a temporary directory, whose commit tree is then
+// written into an Artifact: into a directory of Options.CacheDir when it
+// is set, else into memory. The artifact's revision is the commit
+// actually fetched, which may be newer than what Revision answered a
+// moment before.
 //
-// Every Fetch clones afresh rather than fetching into a kept repository:
-// go-git's in-memory storage never drops objects, so a kept one would grow
-// with every revision, and Fetch only runs when the revision moved, when
-// the delta would rarely be much smaller than the snapshot anyway.
+// The pack is streamed to disk and checked object by object as it comes
+// (see packCheck), so a repository that breaks a limit is refused before
+// go-git indexes it, and memory holds at most one object of the pack at a
+// time, never the repository. Every Fetch clones afresh: Fetch only runs
+// when the revision moved, when the delta would rarely be much smaller
+// than the snapshot anyway.
 func (s *Source) Fetch(ctx context.Context) (*sources.Artifact, error) {
-	st := &limitedStorage{Storage: memory.NewStorage(), limits: s.limits}
+	tmp, err := os.MkdirTemp(s.cacheDir(), "git-")
+	if err != nil {
+		return nil, s.newError("fetch", nil, "create a directory for the clone", err)
+	}
+	defer os.RemoveAll(tmp)
+	st := &checkedStorage{
+		Storage: filesystem.NewStorageWithOptions(osfs.New(tmp), cache.NewObjectLRU(objectCacheBytes),
+			filesystem.Options{LargeObjectThreshold: largeObjectBytes}),
+		dir:    tmp,
+		limits: s.limits,
+	}
+	defer st.Close() // the pack's file descriptors, before the directory goes
 	repo, err := gogit.CloneContext(ctx, st, nil, &gogit.CloneOptions{
 		URL:           s.url,
 		Auth:          s.auth,
@@ -37,11 +51,7 @@ func (s *Source) Fetch(ctx context.Context) (*sources.Artifact, error) {
 	})
 	if err != nil {
 		if st.err != nil {
-			hint := ""
-			if p := st.pathOf(st.blob); p != "" {
-				hint = "file " + p
-			}
-			return nil, s.newError("fetch", nil, hint, st.err)
+			return nil, s.newError("fetch", nil, "", st.err)
 		}
 		return nil, s.classify("fetch", err)
 	}
@@ -62,91 +72,47 @@ func (s *Source) Fetch(ctx context.Context) (*sources.Artifact, error) {
 	if err != nil {
 		return nil, s.newError("fetch", nil, "read tree of commit "+head.Hash().String(), err)
 	}
-	b := sources.NewMemFS(s.limits)
+	b, err := s.newBuilder()
+	if err != nil {
+		return nil, s.newError("fetch", nil, "create the artifact directory", err)
+	}
 	if err := copyTree(ctx, st, tree, b); err != nil {
+		b.Discard()
 		return nil, s.newError("fetch", nil, "commit "+head.Hash().String(), err)
 	}
-	return &sources.Artifact{
-		Revision: revision(s.branch, head.Hash()),
-		FS:       b.FS(),
-		Size:     b.Size(),
-	}, nil
+	return b.Artifact(revision(s.branch, head.Hash())), nil
 }
 
-// limitedStorage is in-memory storage that refuses a clone as soon as its
-// blobs show that the artifact would break the limits, so that an
-// oversized repository is not first downloaded in full. In a depth-1 clone
-// every blob sits at one path at least, so these are lower bounds of what
-// the artifact would hold; the exact checks happen in the MemFSBuilder.
-type limitedStorage struct {
-	*memory.Storage
-	limits sources.Limits
-	blobs  int
-	bytes  int64
-	err    error
-	blob   plumbing.Hash // the blob that broke a limit
+// go-git's memory while it reads the cloned repository: objects up to
+// largeObjectBytes are read whole (and kept in a cache of
+// objectCacheBytes), larger ones streamed from the pack.
+const (
+	largeObjectBytes = 256 << 10
+	objectCacheBytes = 4 << 20
+)
+
+// cacheDir is where clones and artifacts go.
+func (s *Source) cacheDir() string {
+	if s.opts.CacheDir != "" {
+		return s.opts.CacheDir
+	}
+	return os.TempDir()
 }
 
-// SetEncodedObject counts blobs before storing them.
-func (l *limitedStorage) SetEncodedObject(obj plumbing.EncodedObject) (plumbing.Hash, error) {
-	if obj.Type() == plumbing.BlobObject {
-		l.blobs++
-		l.bytes += obj.Size()
-		switch {
-		case obj.Size() > l.limits.MaxFileBytes:
-			l.err = fmt.Errorf("%w: a file of %d bytes is over the limit of %d bytes per file",
-				sources.ErrRefused, obj.Size(), l.limits.MaxFileBytes)
-		case l.bytes > l.limits.MaxTotalBytes:
-			l.err = fmt.Errorf("%w: the files are over the limit of %d bytes in total",
-				sources.ErrRefused, l.limits.MaxTotalBytes)
-		case l.blobs > l.limits.MaxFiles:
-			l.err = fmt.Errorf("%w: the repository has more than the limit of %d files",
-				sources.ErrRefused, l.limits.MaxFiles)
-		}
-		if l.err != nil {
-			l.blob = obj.Hash()
-			return plumbing.ZeroHash, l.err
-		}
+// newBuilder returns the builder of an artifact: on disk when the options
+// name a cache directory.
+func (s *Source) newBuilder() (*sources.Builder, error) {
+	if s.opts.CacheDir == "" {
+		return sources.NewMemFS(s.limits), nil
 	}
-	return l.Storage.SetEncodedObject(obj)
-}
-
-// pathOf finds, best effort, a path of blob in the trees received before
-// the clone was cut short, so that a refusal can name the file. Git sends
-// a commit's trees before their blobs, so the path is usually there.
-func (l *limitedStorage) pathOf(blob plumbing.Hash) string {
-	commits, err := l.IterEncodedObjects(plumbing.CommitObject)
+	dir, err := os.MkdirTemp(s.opts.CacheDir, "artifact-")
 	if err != nil {
-		return ""
+		return nil, err
 	}
-	defer commits.Close()
-	obj, err := commits.Next()
+	b, err := sources.NewDiskFS(dir, s.limits)
 	if err != nil {
-		return ""
+		os.RemoveAll(dir)
+		return nil, err
 	}
-	commit, err := object.DecodeCommit(l, obj)
-	if err != nil {
-		return ""
-	}
-	tree, err := object.GetTree(l, commit.TreeHash)
-	if err != nil {
-		return ""
-	}
-	return findBlob(l, tree, "", blob)
-}
-
-func findBlob(st storer.EncodedObjectStorer, t *object.Tree, dir string, blob plumbing.Hash) string {
-	for _, e := range t.Entries {
-		switch {
-		case e.Hash == blob && e.Mode.IsFile():
-			return join(dir, e.Name)
-		case e.Mode == filemode.Dir:
-			if sub, err := object.GetTree(st, e.Hash); err == nil {
-				if p := findBlob(st, sub, join(dir, e.Name), blob); p != "" {
-					return p
-				}
-			}
-		}
-	}
-	return ""
+	return b, nil
 }

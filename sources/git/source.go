@@ -23,8 +23,15 @@ type Options struct {
 	// Auth holds the credentials, if the remote needs any.
 	Auth Auth
 	// Limits bound the fetched artifact; zero fields take the defaults of
-	// sources.DefaultLimits.
+	// sources.DefaultLimits. MaxFileBytes bounds every file of the
+	// repository, read or not: go-git inflates each object of the pack
+	// whole while it indexes it.
 	Limits sources.Limits
+	// CacheDir, when set, is where Fetch writes artifacts (each in a new
+	// directory, carried in Artifact.Dir) and its temporary clones; the
+	// caller removes an artifact's directory once done with it. Empty
+	// keeps artifacts in memory and clones in os.TempDir().
+	CacheDir string
 	// Verify, when set, makes Fetch refuse a head commit that is not
 	// signed by one of its keys.
 	Verify *Verify
@@ -153,4 +160,14 @@ func parseURL(raw string) (*transport.Endpoint, string, error) {
 			ep.Host, ep.Path, sources.ErrInvalid)
 	}
 	return ep, display, nil
+}
+
+// SetArtifactCache makes Fetch write artifacts and clones into dir, within
+// limits (zero fields take their defaults), as Options.CacheDir and
+// Options.Limits would have. It is for a Source made elsewhere (the
+// daemon's root source); call it before the first Fetch.
+func (s *Source) SetArtifactCache(dir string, limits sources.Limits) {
+	s.opts.CacheDir = dir
+	s.opts.Limits = limits
+	s.limits = limits.WithDefaults()
 }

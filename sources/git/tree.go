@@ -19,7 +19,7 @@ import (
 // directory; sources.Symlinks refuses links that leave the tree, dangle or
 // loop), nothing for submodules. It reads the commit's tree objects, never
 // a worktree.
-func copyTree(ctx context.Context, st storer.EncodedObjectStorer, root *object.Tree, b *sources.MemFSBuilder) error {
+func copyTree(ctx context.Context, st storer.EncodedObjectStorer, root *object.Tree, b *sources.Builder) error {
 	var links sources.Symlinks
 	if err := walkTree(ctx, st, "", root, b, &links); err != nil {
 		return err
@@ -27,7 +27,7 @@ func copyTree(ctx context.Context, st storer.EncodedObjectStorer, root *object.T
 	return links.CopyInto(ctx, b)
 }
 
-func walkTree(ctx context.Context, st storer.EncodedObjectStorer, dir string, t *object.Tree, b *sources.MemFSBuilder, links *sources.Symlinks) error {
+func walkTree(ctx context.Context, st storer.EncodedObjectStorer, dir string, t *object.Tree, b *sources.Builder, links *sources.Symlinks) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -83,8 +83,8 @@ func readLink(st storer.EncodedObjectStorer, p string, e object.TreeEntry) (stri
 }
 
 // copyBlob adds the blob of e at dst, checking the limits before reading
-// the content.
-func copyBlob(st storer.EncodedObjectStorer, b *sources.MemFSBuilder, dst string, e object.TreeEntry) error {
+// the content, which is streamed into the builder.
+func copyBlob(st storer.EncodedObjectStorer, b *sources.Builder, dst string, e object.TreeEntry) error {
 	blob, err := object.GetBlob(st, e.Hash)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", dst, err)
@@ -92,15 +92,22 @@ func copyBlob(st storer.EncodedObjectStorer, b *sources.MemFSBuilder, dst string
 	if err := b.Allow(dst, blob.Size); err != nil {
 		return err
 	}
-	data, err := readBlob(blob)
+	r, err := blob.Reader()
 	if err != nil {
 		return fmt.Errorf("read %s: %w", dst, err)
 	}
+	defer r.Close()
 	mode := fs.FileMode(0o644)
 	if e.Mode == filemode.Executable {
 		mode = 0o755
 	}
-	return b.Add(dst, data, mode)
+	if err := b.AddReader(dst, r, blob.Size, mode); err != nil {
+		if sources.IsReadError(err) {
+			return fmt.Errorf("read %s: %w", dst, err)
+		}
+		return err
+	}
+	return nil
 }
 
 func readBlob(blob *object.Blob) ([]byte, error) {

@@ -9,9 +9,11 @@
 // registry for the manifest's digest with one HEAD request (plus one tag
 // listing for a semver range) over a transport kept between polls, so an
 // unchanged poll downloads nothing. Fetch downloads the manifest and the
-// layer, bounded by a download limit, and unpacks it through Unpack into a
-// sources.MemFSBuilder: paths that are absolute or climb out, links that
-// leave the artifact, device files and content over the limits are refused.
+// layer, bounded by a download limit, and streams it through UnpackInto
+// into a sources.Builder (on disk when Options.CacheDir is set), counting
+// the decompressed bytes as they come: paths that are absolute or climb
+// out, links that leave the artifact, device files and content over the
+// limits are refused, and a gzip bomb stops at the limit.
 // The revision is "<tag>@sha256:<hex>" ("sha256:<hex>" for a digest pin).
 //
 // Credentials come from a docker config (Auth.DockerConfig, the content of

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -62,11 +63,7 @@ func (s *Source) Fetch(ctx context.Context) (*sources.Artifact, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &sources.Artifact{
-		Revision: revision(tag, desc.Digest),
-		FS:       b.FS(),
-		Size:     b.Size(),
-	}, nil
+	return b.Artifact(revision(tag, desc.Digest)), nil
 }
 
 // checkManifest returns the one layer of an artifact's manifest, or the
@@ -103,8 +100,10 @@ func (s *Source) checkManifest(ref name.Digest, mediaType types.MediaType, raw [
 }
 
 // download streams the layer through the unpacker, counting the bytes, and
-// checks the layer's digest once it has been read to its end.
-func (s *Source) download(ctx context.Context, layer v1.Descriptor) (*sources.MemFSBuilder, error) {
+// checks the layer's digest once it has been read to its end. The files go
+// to a directory of Options.CacheDir when it is set, else into memory;
+// neither the layer nor its tar stream is ever held whole.
+func (s *Source) download(ctx context.Context, layer v1.Descriptor) (_ *sources.Builder, err error) {
 	blobRef := s.repo.Digest(layer.Digest.String())
 	l, err := s.puller.Layer(ctx, blobRef)
 	if err != nil {
@@ -115,8 +114,17 @@ func (s *Source) download(ctx context.Context, layer v1.Descriptor) (*sources.Me
 		return nil, s.classify("fetch layer", blobRef, err)
 	}
 	defer rc.Close()
+	b, err := s.newBuilder()
+	if err != nil {
+		return nil, s.newError("unpack layer", blobRef, nil, "create the artifact directory", err)
+	}
+	defer func() {
+		if err != nil {
+			b.Discard()
+		}
+	}()
 	lr := &limitReader{r: rc, n: s.maxDown}
-	b, err := Unpack(ctx, lr, s.limits)
+	err = UnpackInto(ctx, lr, b, s.limits)
 	if err == nil {
 		// The digest is verified when the stream reaches its end, which
 		// the tar reader does not need to read.
@@ -125,7 +133,7 @@ func (s *Source) download(ctx context.Context, layer v1.Descriptor) (*sources.Me
 	switch {
 	case lr.exceeded:
 		return nil, s.newError("fetch layer", blobRef, sources.ErrRefused,
-			fmt.Sprintf("the layer is over the download limit of %d bytes", s.maxDown), nil)
+			fmt.Sprintf("the layer is over the download limit of %d bytes (--max-artifact-bytes=%s)", s.maxDown, sources.FormatBytes(s.maxDown)), nil)
 	case err == nil:
 		return b, nil
 	case errors.Is(err, sources.ErrRefused):
@@ -133,4 +141,22 @@ func (s *Source) download(ctx context.Context, layer v1.Descriptor) (*sources.Me
 	default:
 		return nil, s.classify("fetch layer", blobRef, err)
 	}
+}
+
+// newBuilder returns the builder of an artifact: on disk when the options
+// name a cache directory.
+func (s *Source) newBuilder() (*sources.Builder, error) {
+	if s.opts.CacheDir == "" {
+		return sources.NewMemFS(s.limits.Files), nil
+	}
+	dir, err := os.MkdirTemp(s.opts.CacheDir, "artifact-")
+	if err != nil {
+		return nil, err
+	}
+	b, err := sources.NewDiskFS(dir, s.limits.Files)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return b, nil
 }

@@ -52,12 +52,16 @@ type Options struct {
 	// Insecure allows plain http to a registry that is not on loopback
 	// (loopback registries are always reached over http).
 	Insecure bool
-	// Limits bound the unpacked artifact; zero fields take the defaults of
-	// sources.DefaultLimits.
+	// Limits bound the unpacked artifact and the decompressed layer; zero
+	// fields take the defaults of sources.DefaultLimits.
 	Limits sources.Limits
 	// MaxDownloadBytes bounds the compressed layer; zero means
 	// DefaultMaxDownloadBytes.
 	MaxDownloadBytes int64
+	// CacheDir, when set, is where Fetch writes artifacts, each in a new
+	// directory carried in Artifact.Dir, which the caller removes once
+	// done with it. Empty keeps artifacts in memory.
+	CacheDir string
 	// Verify, when set, makes Fetch refuse an artifact without a cosign
 	// signature made with one of its keys, before the content is
 	// downloaded.
@@ -263,4 +267,13 @@ func revision(tag string, digest v1.Hash) string {
 		return digest.String()
 	}
 	return tag + "@" + digest.String()
+}
+
+// SetArtifactCache makes Fetch write artifacts into dir, within limits
+// (zero fields take their defaults), as Options.CacheDir and
+// Options.Limits would have; call it before the first Fetch.
+func (s *Source) SetArtifactCache(dir string, limits sources.Limits) {
+	s.opts.CacheDir = dir
+	s.opts.Limits = limits
+	s.limits = UnpackLimits{Files: limits}.withDefaults()
 }

@@ -1,0 +1,159 @@
+package reconciler
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/capstan-dev/capstan/render"
+	"github.com/capstan-dev/capstan/sources"
+)
+
+// diskSource hands out artifacts written into the cache's directory, as
+// the git and OCI sources do.
+type diskSource struct {
+	dir     string
+	fetches atomic.Int32
+}
+
+func (s *diskSource) Revision(context.Context) (string, error) { return "r1", nil }
+
+func (s *diskSource) Fetch(context.Context) (*sources.Artifact, error) {
+	s.fetches.Add(1)
+	dir, err := os.MkdirTemp(s.dir, "artifact-")
+	if err != nil {
+		return nil, err
+	}
+	b, err := sources.NewDiskFS(dir, sources.Limits{})
+	if err != nil {
+		return nil, err
+	}
+	if err := b.Add("kustomization.yaml", []byte("resources: [cm.yaml]\n"), 0o644); err != nil {
+		return nil, err
+	}
+	if err := b.Add("cm.yaml", []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n"), 0o644); err != nil {
+		return nil, err
+	}
+	return b.Artifact("r1"), nil
+}
+
+func newTestSourceCache(t *testing.T, opts ArtifactOptions) *sourceCache {
+	t.Helper()
+	opts.CacheDir = t.TempDir()
+	c, err := newSourceCache(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.close() })
+	return c
+}
+
+// Deployments that share a source share its artifact on disk; it goes
+// when the last of them is deleted, and so does the source.
+func TestSourceCacheDropsWhatDeletedDeploymentsRead(t *testing.T) {
+	c := newTestSourceCache(t, ArtifactOptions{})
+	src := &diskSource{dir: c.store.Dir()}
+	a, b := types.NamespacedName{Namespace: "ns", Name: "a"}, types.NamespacedName{Namespace: "ns", Name: "b"}
+	var art *sources.Artifact
+	for _, user := range []types.NamespacedName{a, b} {
+		e, err := c.get("git|repo", user, func() (sources.Source, error) { return src, nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if art, _, err = e.fetch(context.Background(), "r1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := src.fetches.Load(); n != 1 {
+		t.Errorf("fetched %d times for two deployments on one revision, want once", n)
+	}
+	c.forget(a)
+	if _, err := os.Stat(art.Dir); err != nil {
+		t.Fatalf("the artifact went while b still reads it: %v", err)
+	}
+	c.forget(b)
+	if _, err := os.Stat(art.Dir); !os.IsNotExist(err) {
+		t.Errorf("the artifact of deleted deployments is still on disk: %v", err)
+	}
+	if _, ok := c.lookup("git|repo"); ok {
+		t.Error("the source of deleted deployments is still cached")
+	}
+}
+
+// slowFS counts the renders reading it at once.
+type slowFS struct {
+	fs.FS
+	mu        sync.Mutex
+	now, peak int
+}
+
+func (s *slowFS) Open(name string) (fs.File, error) {
+	if name == "cm.yaml" {
+		s.mu.Lock()
+		s.now++
+		s.peak = max(s.peak, s.now)
+		s.mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+		s.mu.Lock()
+		s.now--
+		s.mu.Unlock()
+	}
+	return s.FS.Open(name)
+}
+
+// No more than MaxConcurrentRenders renders run at once, however many
+// deployments ask.
+func TestRendersRunABoundedNumberAtATime(t *testing.T) {
+	c := newTestSourceCache(t, ArtifactOptions{MaxConcurrentRenders: 2})
+	r := &Reconciler{sources: c}
+	fsys := &slowFS{FS: fstest.MapFS{
+		"kustomization.yaml": {Data: []byte("resources: [cm.yaml]\n")},
+		"cm.yaml":            {Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n")},
+	}}
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(func() {
+			a := &attempt{artifact: &sources.Artifact{Revision: "r1", FS: fsys}}
+			if _, err := r.render(context.Background(), a, render.DefaultOptions()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if fsys.peak > 2 {
+		t.Errorf("%d renders ran at once, want at most 2", fsys.peak)
+	}
+}
+
+// A render whose artifact the store evicted after the fetch fetches it
+// again rather than failing on missing files.
+func TestRenderFetchesAnEvictedArtifactAgain(t *testing.T) {
+	c := newTestSourceCache(t, ArtifactOptions{})
+	src := &diskSource{dir: c.store.Dir()}
+	user := types.NamespacedName{Namespace: "ns", Name: "a"}
+	e, err := c.get("git|repo", user, func() (sources.Source, error) { return src, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	art, _, err := e.fetch(context.Background(), "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.store.Drop("git|repo") // as an eviction would
+	r := &Reconciler{sources: c}
+	a := &attempt{source: e, revision: "r1", artifact: art}
+	objs, err := r.render(context.Background(), a, render.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 1 || src.fetches.Load() != 2 {
+		t.Errorf("got %d objects after %d fetches, want 1 object after fetching again", len(objs), src.fetches.Load())
+	}
+}
