@@ -282,25 +282,7 @@ func TestDriftIsCorrected(t *testing.T) {
 // action from reg.
 func driftCount(t testing.TB, reg *prometheus.Registry, ns, name, action string) float64 {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != "capstan_drift_corrections_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["namespace"] == ns && labels["cluster"] == name && labels["action"] == action {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return metricValue(t, reg, "capstan_drift_corrections_total", map[string]string{"namespace": ns, "cluster": name, "action": action}, 0)
 }
 
 func eventMessages(t testing.TB, c client.Client, ns, name, reason string) string {

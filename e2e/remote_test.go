@@ -262,25 +262,39 @@ func (tg *target) assertNoToken(t testing.TB, c client.Client, ns, name string) 
 // deployment from reg; -1 when the series is missing.
 func consecutiveFailures(t testing.TB, reg *prometheus.Registry, ns, name string) float64 {
 	t.Helper()
+	return metricValue(t, reg, "capstan_reconcile_consecutive_failures", map[string]string{"namespace": ns, "cluster": name}, -1)
+}
+
+// metricValue reads from reg the gauge or counter of family name whose
+// labels include want; missing when there is none.
+func metricValue(t testing.TB, reg *prometheus.Registry, name string, want map[string]string, missing float64) float64 {
+	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range families {
-		if f.GetName() != "capstan_reconcile_consecutive_failures" {
+		if f.GetName() != name {
 			continue
 		}
+	series:
 		for _, m := range f.GetMetric() {
 			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["namespace"] == ns && labels["cluster"] == name {
-				return m.GetGauge().GetValue()
+			for k, v := range want {
+				if labels[k] != v {
+					continue series
+				}
 			}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
 		}
 	}
-	return -1
+	return missing
 }
 
 func newRemoteRepo(t testing.TB, ns string) string {
