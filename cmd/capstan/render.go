@@ -19,8 +19,8 @@ import (
 
 // renderFlags select what to render and how to print it.
 type renderFlags struct {
-	root       string
-	deployment string
+	root        string
+	deployment  string
 	output      string
 	substitute  []string
 	showSecrets bool
