@@ -286,15 +286,15 @@ func TestCapm3StuckHostIsNamedThenRecovers(t *testing.T) {
 
 	stuck := waitDeployment(t, c, ns, cd.Name, "ControlPlaneInitialized stuck", func(cd *capstanv1.ClusterDeployment) bool {
 		st := stage(cd, "ControlPlaneInitialized")
-		return st.State == capstanv1.StageInProgress && st.Stuck && st.Attempts >= 2
+		return st.State == capstanv1.StageInProgress && st.Stuck
 	})
 	st := stage(stuck, "ControlPlaneInitialized")
 	t.Logf("stuck stage message: %s", st.Message)
 	if !strings.Contains(st.Message, "BareMetalHost") || !strings.Contains(st.Message, "mgmt-cp-") {
 		t.Errorf("stuck stage message = %q, want it to name the provisioning host", st.Message)
 	}
-	if st.Attempts < 2 {
-		t.Errorf("stuck stage attempts = %d, want it retried", st.Attempts)
+	if st.Attempts != 1 {
+		t.Errorf("stuck stage attempts = %d, want 1: a stage that waits makes no new attempt", st.Attempts)
 	}
 	if isReady(stuck) || condition(stuck, capstanv1.ConditionStalled).Status == "True" {
 		t.Errorf("a stuck stage must keep the deployment progressing, not Ready nor Stalled: %s", describe(stuck))

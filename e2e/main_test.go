@@ -82,6 +82,20 @@ type requestCounter struct {
 	mu       sync.Mutex
 	requests int            // every request, reads included
 	writes   map[string]int // "PATCH /api/v1/namespaces/x/configmaps/y" -> count
+	lists    map[string]int // "/api/v1/namespaces/x/configmaps" -> LISTs (watches not counted)
+}
+
+// listsOf counts the LIST requests (not watches) to a path ending in suffix.
+func (c *requestCounter) listsOf(suffix string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for path, v := range c.lists {
+		if strings.HasSuffix(path, suffix) {
+			n += v
+		}
+	}
+	return n
 }
 
 // all returns how many requests were made, reads included.
@@ -98,6 +112,12 @@ func (c *requestCounter) wrap(cfg *rest.Config) *rest.Config {
 		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 			c.mu.Lock()
 			c.requests++
+			if q := req.URL.Query(); req.Method == http.MethodGet && q.Get("watch") != "true" && q.Get("watch") != "1" {
+				if c.lists == nil {
+					c.lists = map[string]int{}
+				}
+				c.lists[req.URL.Path]++
+			}
 			c.mu.Unlock()
 			if req.Method != http.MethodGet {
 				c.mu.Lock()

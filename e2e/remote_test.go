@@ -312,7 +312,7 @@ func newRemoteRepo(t testing.TB, ns string) string {
 func stageWaits(name string, says ...string) func(*capstanv1.ClusterDeployment) bool {
 	return func(cd *capstanv1.ClusterDeployment) bool {
 		st := stage(cd, name)
-		if st.State != capstanv1.StageInProgress || st.Attempts < 2 {
+		if st.State != capstanv1.StageInProgress {
 			return false
 		}
 		for _, s := range says {

@@ -63,10 +63,14 @@ func TestRestartMidPlanResumes(t *testing.T) {
 	before := getDeployment(t, c, ns, "three")
 
 	_, api := startDaemon(t, nil)
-	// Let the new daemon walk the plan a few times while Infra still waits.
-	waitDeployment(t, c, ns, "three", "the new daemon to attempt Infra twice", func(cd *capstanv1.ClusterDeployment) bool {
-		return stage(cd, "Infra").Attempts >= stage(before, "Infra").Attempts+2
+	// Let the new daemon walk the plan a few times while Infra still waits
+	// (each walk lists Infra's widgets).
+	waitFor(t, "the new daemon to look at Infra twice", func() (bool, error) {
+		return api.listsOf("/namespaces/"+ns+"/widgets") >= 2, nil
 	})
+	if got, want := stage(getDeployment(t, c, ns, "three"), "Infra").Attempts, stage(before, "Infra").Attempts; got != want {
+		t.Errorf("stage Infra: %d attempts after the restart, want %d: the new daemon goes on with the attempt in progress", got, want)
+	}
 	if object(t, c, configMapGVK, ns, "app") != nil {
 		t.Fatal("the restarted daemon applied stage App while Infra was not ready")
 	}

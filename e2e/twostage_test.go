@@ -80,14 +80,20 @@ func TestTwoStageOverlayFromGit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _ := startDaemon(t, nil)
+	d, api := startDaemon(t, nil)
 	createDeployment(t, c, ns, "two", twoStageSpec(url, ns, gitSecret(t, c, ns)))
 	begin := time.Now()
 
-	// Stage 1 is applied and waits; the daemon keeps trying it.
-	cd := waitDeployment(t, c, ns, "two", "stage Infra in progress for a second attempt", func(cd *capstanv1.ClusterDeployment) bool {
-		return stage(cd, "Infra").State == capstanv1.StageInProgress && stage(cd, "Infra").Attempts >= 2
+	// Stage 1 is applied and waits; the daemon keeps looking at it: the
+	// first attempt lists the widgets at its first look and for the rest
+	// of its wait slice, the next walk lists them again. Waiting is one
+	// attempt, however many walks it takes.
+	cd := waitDeployment(t, c, ns, "two", "stage Infra in progress, looked at by a second walk", func(cd *capstanv1.ClusterDeployment) bool {
+		return stage(cd, "Infra").State == capstanv1.StageInProgress && api.listsOf("/namespaces/"+ns+"/widgets") >= 3
 	})
+	if n := stage(cd, "Infra").Attempts; n != 1 {
+		t.Errorf("stage Infra: %d attempts after waiting over several walks, want 1: waiting is not a new attempt", n)
+	}
 	if object(t, c, widgetGVK, ns, "infra") == nil || object(t, c, configMapGVK, ns, "infra-settings") == nil {
 		t.Fatalf("stage Infra is in progress but its objects are not all applied: %s", describe(cd))
 	}

@@ -108,6 +108,10 @@ type attempt struct {
 	// planned is set when the plan of this revision was at hand: nothing
 	// is rendered again.
 	planned bool
+	// refetch is set when a reconcile request asks for the source's
+	// content again (requests.go): nothing cached is used, and an
+	// unchanged revision is walked again.
+	refetch bool
 }
 
 // step is one part of a reconcile. done ends the walk early without error.
@@ -145,8 +149,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	begin := time.Now()
-	a := &attempt{cd: cd, outcome: metrics.OutcomeSuccess}
+	requested, refetch := pendingRequest(cd)
+	a := &attempt{cd: cd, outcome: metrics.OutcomeSuccess, refetch: refetch}
 	res, err := r.runSteps(ctx, a)
+	r.markHandled(ctx, a.cd, requested)
 	r.metrics.RecordStages(a.cd)
 	r.metrics.ObserveReconcile(a.cd, time.Since(begin), a.outcome)
 	return res, err
@@ -208,6 +214,9 @@ func (r *Reconciler) checkSource(ctx context.Context, a *attempt) (bool, error) 
 		return false, err
 	}
 	a.source = src
+	if a.refetch {
+		r.refetch(a)
+	}
 	begin := time.Now()
 	rev, err := src.revision(ctx)
 	r.metrics.ObserveSource(a.cd, metrics.SourceObservation{
@@ -218,7 +227,7 @@ func (r *Reconciler) checkSource(ctx context.Context, a *attempt) (bool, error) 
 	}
 	a.revision = rev
 	st := a.cd.Status
-	if st.Revision == rev && st.ObservedGeneration == a.cd.Generation {
+	if st.Revision == rev && st.ObservedGeneration == a.cd.Generation && !a.refetch {
 		if conditionTrue(a.cd, capstanv1.ConditionReady) {
 			key := client.ObjectKeyFromObject(a.cd)
 			r.drift.track(a.cd)

@@ -380,11 +380,12 @@ func (r *Reconciler) readSecret(ctx context.Context, cd *capstanv1.ClusterDeploy
 }
 
 func (r *Reconciler) gitSourceFor(ctx context.Context, cd *capstanv1.ClusterDeployment, spec *capstanv1.GitSource) (*sourceEntry, error) {
-	opts := git.Options{URL: spec.URL, Branch: spec.Ref.Branch}
-	if opts.Branch == "" {
-		opts.Branch = "main"
+	gr := spec.Ref
+	opts := git.Options{URL: spec.URL, Ref: git.Ref{Branch: gr.Branch, Tag: gr.Tag, SemVer: gr.SemVer, Commit: gr.Commit, Name: gr.Name}}
+	if gr == (capstanv1.GitRef{}) {
+		opts.Ref.Branch = git.DefaultBranch
 	}
-	key := fmt.Sprintf("git|%s|%s", opts.URL, opts.Branch)
+	key := fmt.Sprintf("git|%s|branch=%s|tag=%s|semver=%s|commit=%s|name=%s", opts.URL, opts.Ref.Branch, gr.Tag, gr.SemVer, gr.Commit, gr.Name)
 	if ref := spec.SecretRef; ref != nil {
 		secret, err := r.readSecret(ctx, cd, "spec.source.git.secretRef", ref.Name)
 		if err != nil {

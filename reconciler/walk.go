@@ -21,7 +21,6 @@ import (
 // is applied before it.
 func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 	cd := a.cd
-	owner := stages.Owner{Name: cd.Name, Namespace: cd.Namespace}
 	before := cd.DeepCopy()
 	r.resetStagesIfNew(cd, a)
 	setCondition(cd, capstanv1.ConditionStalled, false, "Progressing", "")
@@ -52,64 +51,23 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 
 		exec, err := r.executorFor(ctx, cd, stage, a.plan)
 		var res stages.Result
-		moved := false
 		switch {
 		case stages.IsUnreachable(err):
 			res = stages.Unreachable(stage.Name, err)
 		case err != nil:
 			res = stages.Result{Stage: stage.Name, State: capstanv1.StageFailed, Err: err, Message: err.Error()}
-		case !applied:
-			res = exec.ApplyStage(ctx, stage, owner)
-			moved = res.Moved
-			r.metrics.CountApply(cd, res.ChangeSet)
-			before = cd.DeepCopy()
-			if res.Applied {
-				recordInventory(cd, exec, stage, a.plan)
-			}
-			r.recordResult(cd, st(), stage, res)
-			if err := r.patchStatus(ctx, before, cd); err != nil {
+		default:
+			res, err = r.runStage(ctx, cd, a, exec, i, applied)
+			if err != nil {
 				return false, err
 			}
 		}
-		if exec == nil || stages.IsUnreachable(res.Err) {
-			// Nothing to wait on: the cluster cannot be asked.
-			before = cd.DeepCopy()
-			r.recordResult(cd, st(), stage, res)
-			if err := r.patchStatus(ctx, before, cd); err != nil {
-				return false, err
-			}
-		} else if res.State != capstanv1.StageFailed {
-			slice := r.waitSlice(stage, st())
-			deadline := time.Now().Add(slice)
-			looked := false
-			if st().Message == "" || res.Applied {
-				looked = true
-				// Status says nothing yet about what the stage waits for:
-				// look briefly first and say it, then wait out the slice.
-				firstCtx, cancel := context.WithTimeout(ctx, min(slice, firstLook))
-				res = exec.WaitStage(firstCtx, stage, owner)
-				cancel()
-				if res.State == capstanv1.StageInProgress && time.Until(deadline) > 0 && ctx.Err() == nil {
-					before = cd.DeepCopy()
-					r.recordResult(cd, st(), stage, res)
-					if err := r.patchStatus(ctx, before, cd); err != nil {
-						return false, err
-					}
-				}
-			}
-			if res.State != capstanv1.StageReady && res.State != capstanv1.StageFailed && !stages.IsUnreachable(res.Err) &&
-				(!looked || time.Until(deadline) > 0) {
-				waitCtx, cancel := context.WithDeadline(ctx, deadline)
-				res = exec.WaitStage(waitCtx, stage, owner)
-				cancel()
-			}
-			before = cd.DeepCopy()
-			r.recordResult(cd, st(), stage, res)
-			if err := r.patchStatus(ctx, before, cd); err != nil {
-				return false, err
-			}
+		before = cd.DeepCopy()
+		r.recordResult(cd, st(), stage, res)
+		if err := r.patchStatus(ctx, before, cd); err != nil {
+			return false, err
 		}
-		moved = moved || res.Moved
+		moved := res.Moved
 		switch res.State {
 		case capstanv1.StageReady:
 			r.unreachable.reset(client.ObjectKeyFromObject(cd))
@@ -186,6 +144,44 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 	return true, nil
 }
 
+// runStage makes one attempt at the i-th stage of a's plan through the
+// executor: it applies (unless applied says the objects were applied at
+// this revision already), then waits for a slice. What the attempt did so
+// far reaches status while it runs: the apply at once (with the inventory
+// and the apply metrics), then, when status says nothing yet of what the
+// stage waits for, the first look. The result is the attempt's last word,
+// for the caller to record.
+func (r *Reconciler) runStage(ctx context.Context, cd *capstanv1.ClusterDeployment, a *attempt, exec *stages.Executor, i int, applied bool) (stages.Result, error) {
+	stage := &a.plan.Stages[i]
+	st := func() *capstanv1.StageStatus { return &cd.Status.Stages[i] }
+	opts := stages.RunOptions{SkipApply: applied, Wait: r.waitSlice(stage, st())}
+	if st().Message == "" || !applied {
+		// Status says nothing yet about what the stage waits for: look
+		// briefly first and say it, then wait out the slice.
+		opts.FirstLook = min(opts.Wait, firstLook)
+	}
+	var progressErr error
+	opts.Progress = func(res stages.Result) error {
+		if res.ChangeSet != nil {
+			r.metrics.CountApply(cd, res.ChangeSet)
+		}
+		before := cd.DeepCopy()
+		if res.Applied {
+			recordInventory(cd, exec, stage, a.plan)
+		}
+		r.recordResult(cd, st(), stage, res)
+		progressErr = r.patchStatus(ctx, before, cd)
+		return progressErr
+	}
+	res := exec.Run(ctx, stage, stages.Owner{Name: cd.Name, Namespace: cd.Namespace}, opts)
+	if progressErr == nil && opts.Progress != nil && res.Applied {
+		// Progress recorded the apply (its time, inventory, counts); the
+		// caller records where the wait left the stage.
+		res.Applied, res.ChangeSet = false, nil
+	}
+	return res, progressErr
+}
+
 // firstLook is how long an attempt waits before it writes what the stage
 // waits for, when status does not say it yet (a stage just applied).
 const firstLook = 2 * time.Second
@@ -244,9 +240,12 @@ func (r *Reconciler) startAttempt(cd *capstanv1.ClusterDeployment, st *capstanv1
 		st.StartedAt = &now
 	}
 	if st.State != capstanv1.StageInProgress {
+		// A stage that starts, or starts over after a failure, makes a new
+		// attempt; one that waits goes on with the attempt it is in, however
+		// many wait slices that takes.
 		st.State = capstanv1.StageInProgress
+		st.Attempts++
 	}
-	st.Attempts++
 	cd.Status.CurrentStage = st.Name
 	setCondition(cd, capstanv1.ConditionReconciling, true, "Progressing", "stage "+st.Name)
 	st.Stuck = stage.StuckAfter != nil && r.opts.Now().Sub(st.StartedAt.Time) > stage.StuckAfter.Duration

@@ -60,6 +60,11 @@ type Result struct {
 	// cluster: the Capstan there goes on with the stages after it, and
 	// this one stops walking (the deployment here is a suspended mirror).
 	Moved bool
+
+	// observed holds the objects as the API server returned them from the
+	// apply (or its dry run), one per object of the stage, when Applied:
+	// what the wait looks at first, without asking again.
+	observed []*unstructured.Unstructured
 }
 
 // Executor applies and waits for one stage at a time, on one cluster: the
@@ -143,23 +148,89 @@ type RunOptions struct {
 	// SkipApply only waits: the objects were applied by an earlier attempt
 	// at the same revision.
 	SkipApply bool
+	// Wait bounds the wait that follows the apply (the apply itself is
+	// bounded by ctx only). Zero waits until ctx ends.
+	Wait time.Duration
+	// FirstLook, when set, makes the attempt report what the stage waits
+	// for (through Progress) once it has waited this long, then go on
+	// waiting: status says what is awaited while the attempt still waits.
+	FirstLook time.Duration
+	// Progress, when set, is told what the attempt did before it ends:
+	// the apply (a result with Applied or a failure), and the first look.
+	// The final result is Run's return value, not reported here. An error
+	// from Progress ends the attempt: Run returns at once.
+	Progress func(Result) error
 }
 
-// Run makes one attempt at a stage: apply its objects (for an apply stage),
-// then wait on watch events until every readiness check holds. The wait
-// ends at ctx's deadline; a stage still not ready then is returned
-// InProgress with what it waits for, which is not a failure.
+// Run makes one attempt at a stage: carry out its action (apply its
+// objects, for an apply stage), then wait on watch events until it is done
+// (every readiness check holds). A stage still waiting when the wait ends
+// is returned InProgress with what it waits for, which is not a failure.
+//
+// Objects that the apply found or left ready (a ConfigMap, a CRD already
+// established) are not asked for again: a stage whose every object is
+// ready in the apply's answers is Ready without a wait.
 func (e *Executor) Run(ctx context.Context, stage *Stage, owner Owner, opts RunOptions) Result {
+	report := func(res Result) bool {
+		return opts.Progress == nil || opts.Progress(res) == nil
+	}
+	var applied Result
 	if !opts.SkipApply {
-		if res := e.ApplyStage(ctx, stage, owner); res.State == capstanv1.StageFailed {
-			return res
-		} else if res.Applied {
-			waited := e.WaitStage(ctx, stage, owner)
-			waited.ChangeSet, waited.Applied = res.ChangeSet, true
-			return waited
+		applied = e.ApplyStage(ctx, stage, owner)
+		if !report(applied) || applied.State == capstanv1.StageFailed || IsUnreachable(applied.Err) {
+			return applied
+		}
+		if applied.Applied {
+			if res, ok := e.readyAsApplied(stage, applied); ok {
+				return res
+			}
 		}
 	}
-	return e.WaitStage(ctx, stage, owner)
+	waitCtx := ctx
+	if opts.Wait > 0 {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeout(ctx, opts.Wait)
+		defer cancel()
+	}
+	finish := func(res Result) Result {
+		res.ChangeSet, res.Applied = applied.ChangeSet, applied.Applied
+		res.Moved = res.Moved || applied.Moved
+		return res
+	}
+	if opts.FirstLook > 0 {
+		lookCtx, cancel := context.WithTimeout(waitCtx, opts.FirstLook)
+		res := e.WaitStage(lookCtx, stage, owner)
+		cancel()
+		if res.State != capstanv1.StageInProgress || IsUnreachable(res.Err) || waitCtx.Err() != nil {
+			return finish(res)
+		}
+		if !report(res) {
+			return finish(res)
+		}
+	}
+	return finish(e.WaitStage(waitCtx, stage, owner))
+}
+
+// readyAsApplied decides an applied stage from the objects as the apply
+// returned them: Ready when the stage's readiness checks hold for every
+// one, without a request. Otherwise the wait decides (false).
+func (e *Executor) readyAsApplied(stage *Stage, applied Result) (Result, bool) {
+	if stage.Action != capstanv1.StageActionApply && stage.Action != "" {
+		return Result{}, false
+	}
+	if len(applied.observed) != len(stage.Objects) || stage.BootstrapKey != nil {
+		return Result{}, false
+	}
+	checker, err := NewChecker(stage.ReadyWhen)
+	if err != nil {
+		return Result{}, false
+	}
+	for _, obj := range applied.observed {
+		if obj == nil || !checker.Evaluate(obj).Ready {
+			return Result{}, false
+		}
+	}
+	return Result{Stage: stage.Name, State: capstanv1.StageReady, ChangeSet: applied.ChangeSet, Applied: true}, true
 }
 
 // ApplyStage carries out the acting part of a stage: apply its objects
@@ -183,8 +254,8 @@ func (e *Executor) applyStage(ctx context.Context, stage *Stage, owner Owner) Re
 	}
 	switch stage.Action {
 	case capstanv1.StageActionApply, "":
-		cs, err := e.Apply(ctx, stage.Objects, stage.Name, owner)
-		res.ChangeSet = cs
+		cs, observed, err := e.apply(ctx, stage.Objects, stage.Name, owner)
+		res.ChangeSet, res.observed = cs, observed
 		if err != nil {
 			return failed(res, err)
 		}
@@ -280,29 +351,44 @@ func failed(res Result, err error) Result {
 // is applied, so an invalid object leaves the wave untouched, and every
 // object's error is reported.
 func (e *Executor) Apply(ctx context.Context, objects []*unstructured.Unstructured, stage string, owner Owner) (*ssa.ChangeSet, error) {
+	cs, _, err := e.apply(ctx, objects, stage, owner)
+	return cs, err
+}
+
+// apply is Apply that also returns the objects as the API server answered
+// (see Result.observed), nil unless every object was applied.
+func (e *Executor) apply(ctx context.Context, objects []*unstructured.Unstructured, stage string, owner Owner) (*ssa.ChangeSet, []*unstructured.Unstructured, error) {
 	prepared := make([]*unstructured.Unstructured, len(objects))
 	for i, obj := range objects {
 		prepared[i] = ownedBy(obj, stage, owner)
 	}
 	first, rest := splitDefinitions(prepared)
 	cs := ssa.NewChangeSet()
+	var observed []*unstructured.Unstructured
+	stale := false
 	for _, wave := range [][]*unstructured.Unstructured{first, rest} {
 		if len(wave) == 0 {
 			continue
 		}
-		entries, err := e.applyWave(ctx, wave, owner)
+		entries, answers, err := e.applyWave(ctx, wave, owner)
 		cs.Append(entries)
 		if err != nil {
-			return cs, err
+			return cs, nil, err
 		}
+		observed = append(observed, answers...)
 		if hasCRD(wave) {
 			// Wait for the CRDs to be Established before objects of their kinds are applied.
 			if err := e.waitEstablished(ctx, wave, owner); err != nil {
-				return cs, err
+				return cs, nil, err
 			}
+			// The answers predate the wait; the stage's wait looks again.
+			stale = true
 		}
 	}
-	return cs, nil
+	if stale {
+		return cs, nil, nil
+	}
+	return cs, observed, nil
 }
 
 // ownedBy returns a copy of obj labelled with its deployment and stage.
@@ -393,43 +479,292 @@ func (e *Executor) waitServed(ctx context.Context, definitions []*unstructured.U
 	return nil
 }
 
-// applyWave applies objects in two phases, each from the worker pool:
-// first a look at every object (is it another deployment's, would the
-// apply change it: a GET and a server-side dry-run), then, only if every
-// look passed, the apply of the objects that change. A wave with one
-// invalid object, or one object another deployment owns, applies nothing.
-func (e *Executor) applyWave(ctx context.Context, objects []*unstructured.Unstructured, owner Owner) ([]ssa.ChangeSetEntry, error) {
+// applyWave applies a wave of objects all or nothing, in as few requests
+// as the API server allows:
+//
+//  1. look: the live objects, one LIST per kind and namespace that holds
+//     many of the wave's objects (a GET each for the others);
+//  2. every object that exists is checked (is it another deployment's?)
+//     and dry-run (is it valid, would the apply change it?);
+//  3. only if all of that passed, the new objects are applied; should one
+//     of them be refused (invalid), the ones this wave created are deleted
+//     again, so that the wave leaves nothing behind;
+//  4. then the existing objects that change are applied.
+//
+// A new object costs its apply, an unchanged one its dry run, a changed
+// one both: every object is validated by the server before anything that
+// existed is touched.
+func (e *Executor) applyWave(ctx context.Context, objects []*unstructured.Unstructured, owner Owner) ([]ssa.ChangeSetEntry, []*unstructured.Unstructured, error) {
+	live, err := e.look(ctx, objects)
+	if err != nil {
+		return nil, nil, err
+	}
 	entries := make([]ssa.ChangeSetEntry, len(objects))
 	errs := make([]error, len(objects))
+	// observed holds each object as the server answered its apply or dry
+	// run: what the stage's readiness is decided on first.
+	observed := make([]*unstructured.Unstructured, len(objects))
 	owners := &ownerLookup{home: e.home}
-	e.each(objects, func(i int, obj *unstructured.Unstructured) {
-		entry, err := e.diff(ctx, obj, owner, owners)
-		if err != nil {
-			errs[i] = err
-			return
+	var fresh, existing []int
+	for i, obj := range objects {
+		entries[i] = changeSetEntry(obj)
+		if live[i] == nil {
+			fresh = append(fresh, i)
+			entries[i].Action = ssa.CreatedAction
+		} else {
+			existing = append(existing, i)
 		}
-		entries[i] = entry
+	}
+	e.eachOf(existing, func(i int) {
+		entries[i].Action, observed[i], errs[i] = e.diffLive(ctx, objects[i], live[i], owner, owners)
 	})
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	e.each(objects, func(i int, obj *unstructured.Unstructured) {
-		if entries[i].Action != ssa.CreatedAction && entries[i].Action != ssa.ConfiguredAction {
+
+	e.eachOf(fresh, func(i int) {
+		observed[i], entries[i].Action, errs[i] = e.create(ctx, objects[i], owner, owners)
+	})
+	if err := errors.Join(errs...); err != nil {
+		if IsStalled(err) {
+			// The source must change before this wave can pass: take back
+			// what it created, so that nothing of it stays half applied.
+			var created []*unstructured.Unstructured
+			for _, i := range fresh {
+				if entries[i].Action == ssa.CreatedAction && observed[i] != nil {
+					created = append(created, observed[i])
+				}
+			}
+			return nil, nil, errors.Join(err, e.rollback(ctx, created))
+		}
+		return appliedEntries(entries, errs, fresh), nil, err
+	}
+
+	e.eachOf(existing, func(i int) {
+		if entries[i].Action != ssa.ConfiguredAction {
 			return
 		}
-		applied := obj.DeepCopy()
+		applied := objects[i].DeepCopy()
 		if err := e.client.Patch(ctx, applied, client.Apply, client.ForceOwnership, client.FieldOwner(FieldManager)); err != nil {
-			errs[i] = classifyApplyError(obj, err)
+			errs[i] = classifyApplyError(objects[i], err)
+			return
 		}
+		observed[i] = applied
 	})
-	// An object whose apply failed was not created or configured.
+	if err := errors.Join(errs...); err != nil {
+		return appliedEntries(entries, errs, nil), nil, err
+	}
+	return appliedEntries(entries, errs, nil), observed, nil
+}
+
+// appliedEntries keeps the entries of the objects whose apply did not fail
+// (an object whose apply failed was not created or configured), of only
+// the objects at the indices of only, when it is not nil.
+func appliedEntries(entries []ssa.ChangeSetEntry, errs []error, only []int) []ssa.ChangeSetEntry {
 	kept := make([]ssa.ChangeSetEntry, 0, len(entries))
-	for i := range entries {
-		if errs[i] == nil {
+	keep := func(i int) {
+		if errs[i] == nil && entries[i].Action != "" {
 			kept = append(kept, entries[i])
 		}
 	}
-	return kept, errors.Join(errs...)
+	if only != nil {
+		for _, i := range only {
+			keep(i)
+		}
+		return kept
+	}
+	for i := range entries {
+		keep(i)
+	}
+	return kept
+}
+
+func changeSetEntry(obj *unstructured.Unstructured) ssa.ChangeSetEntry {
+	return ssa.ChangeSetEntry{
+		ObjMetadata:  object.UnstructuredToObjMetadata(obj),
+		GroupVersion: obj.GroupVersionKind().Version,
+		Subject:      ssautils.FmtUnstructured(obj),
+	}
+}
+
+// lookListMin is how many objects of one kind in one namespace a wave
+// needs before their live state is read with one LIST rather than a GET
+// each.
+const lookListMin = 8
+
+// lookPageSize bounds a LIST page of the look, and so the memory it holds
+// at once: objects of the kind that the wave does not declare are dropped
+// page by page.
+const lookPageSize = 500
+
+// look returns the live object of each of objects, nil where there is none.
+func (e *Executor) look(ctx context.Context, objects []*unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
+	live := make([]*unstructured.Unstructured, len(objects))
+	groups := map[groupKey][]int{}
+	var keys []groupKey
+	for i, obj := range objects {
+		k := groupKey{gvk: obj.GroupVersionKind(), namespace: obj.GetNamespace()}
+		if groups[k] == nil {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], i)
+	}
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	var g errgroup.Group
+	g.SetLimit(e.concurrency)
+	for _, k := range keys {
+		idx := groups[k]
+		if len(idx) >= lookListMin {
+			g.Go(func() error {
+				if err := e.lookList(ctx, k, idx, objects, live); err != nil {
+					fail(err)
+				}
+				return nil
+			})
+			continue
+		}
+		for _, i := range idx {
+			g.Go(func() error {
+				obj := &unstructured.Unstructured{}
+				obj.SetGroupVersionKind(objects[i].GroupVersionKind())
+				err := e.client.Get(ctx, client.ObjectKeyFromObject(objects[i]), obj)
+				switch {
+				case apierrors.IsNotFound(err):
+				case err != nil:
+					fail(classifyApplyError(objects[i], err))
+				default:
+					live[i] = obj
+				}
+				return nil
+			})
+		}
+	}
+	_ = g.Wait()
+	return live, errors.Join(errs...)
+}
+
+// lookList reads the live objects of one group (the objects at idx) with a
+// paged LIST of their kind in their namespace.
+func (e *Executor) lookList(ctx context.Context, k groupKey, idx []int, objects, live []*unstructured.Unstructured) error {
+	want := make(map[string]int, len(idx))
+	for _, i := range idx {
+		want[objects[i].GetName()] = i
+	}
+	opts := []client.ListOption{client.Limit(lookPageSize)}
+	if k.namespace != "" {
+		opts = append(opts, client.InNamespace(k.namespace))
+	}
+	for cont := ""; ; {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(k.gvk.GroupVersion().WithKind(k.gvk.Kind + "List"))
+		if err := e.client.List(ctx, list, append(opts, client.Continue(cont))...); err != nil {
+			return classifyApplyError(objects[idx[0]], err)
+		}
+		for j := range list.Items {
+			if i, ok := want[list.Items[j].GetName()]; ok {
+				live[i] = &list.Items[j]
+			}
+		}
+		if cont = list.GetContinue(); cont == "" {
+			return nil
+		}
+	}
+}
+
+// diffLive decides for an object that exists (live) whether owner may
+// apply it (checkOwner) and whether the apply changes it, by a server-side
+// dry run, which also validates it.
+//
+// It returns the dry run's answer, which is the object as it is when the
+// apply changes nothing.
+func (e *Executor) diffLive(ctx context.Context, obj, live *unstructured.Unstructured, owner Owner, owners *ownerLookup) (ssa.Action, *unstructured.Unstructured, error) {
+	if err := owners.check(ctx, obj, live, owner); err != nil {
+		return "", nil, err
+	}
+	dryRun := obj.DeepCopy()
+	if err := e.client.Patch(ctx, dryRun, client.Apply, client.DryRunAll, client.ForceOwnership, client.FieldOwner(FieldManager)); err != nil {
+		return "", nil, classifyApplyError(obj, err)
+	}
+	if changes(live, dryRun, true) {
+		return ssa.ConfiguredAction, nil, nil
+	}
+	return ssa.UnchangedAction, dryRun, nil
+}
+
+// create applies an object the look found absent. It applies without
+// force: should the object have been created meanwhile by someone else,
+// with other values, the apply conflicts instead of taking it over, and
+// the object goes the way of one that existed (diff, then apply). It
+// returns the object as the last apply answered and the action taken:
+// CreatedAction only for an object this apply created.
+func (e *Executor) create(ctx context.Context, obj *unstructured.Unstructured, owner Owner, owners *ownerLookup) (*unstructured.Unstructured, ssa.Action, error) {
+	applied := obj.DeepCopy()
+	err := e.client.Patch(ctx, applied, client.Apply, client.FieldOwner(FieldManager))
+	if err == nil {
+		if len(applied.GetManagedFields()) > 1 {
+			// Someone else wrote it meanwhile, with the same values: the
+			// apply shared their fields. Look at it as at one that existed.
+			return applied, ssa.UnchangedAction, e.lateCheck(ctx, obj, applied, owner, owners)
+		}
+		return applied, ssa.CreatedAction, nil
+	}
+	if !apierrors.IsConflict(err) {
+		return nil, "", classifyApplyError(obj, err)
+	}
+	entry, err := e.diff(ctx, obj, owner, owners)
+	if err != nil || (entry.Action != ssa.CreatedAction && entry.Action != ssa.ConfiguredAction) {
+		return nil, entry.Action, err
+	}
+	applied = obj.DeepCopy()
+	if err := e.client.Patch(ctx, applied, client.Apply, client.ForceOwnership, client.FieldOwner(FieldManager)); err != nil {
+		return nil, "", classifyApplyError(obj, err)
+	}
+	return applied, entry.Action, nil
+}
+
+// lateCheck runs the ownership check on an object that appeared between
+// the look and the apply. The apply changed none of its data (it would
+// have conflicted otherwise), only Capstan's labels; a refusal is
+// reported like any other.
+func (e *Executor) lateCheck(ctx context.Context, obj, applied *unstructured.Unstructured, owner Owner, owners *ownerLookup) error {
+	before := applied.DeepCopy()
+	labels := before.GetLabels()
+	delete(labels, OwnerNameLabel)
+	delete(labels, OwnerNamespaceLabel)
+	delete(labels, StageKey)
+	before.SetLabels(labels)
+	return owners.check(ctx, obj, before, owner)
+}
+
+// rollback deletes the objects a failed wave created, each only if it is
+// still the object created (its UID).
+func (e *Executor) rollback(ctx context.Context, created []*unstructured.Unstructured) error {
+	var mu sync.Mutex
+	var errs []error
+	var g errgroup.Group
+	g.SetLimit(e.concurrency)
+	for _, obj := range created {
+		g.Go(func() error {
+			uid := obj.GetUID()
+			err := e.client.Delete(ctx, obj, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("remove %s, created by this failed attempt: %w", ObjectRef(obj), err))
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return errors.Join(errs...)
 }
 
 // diff looks at what applying obj would do: a server-side dry-run first
@@ -438,11 +773,7 @@ func (e *Executor) applyWave(ctx context.Context, objects []*unstructured.Unstru
 // (checkOwner) and whether the apply changes it. A new object costs one
 // request here.
 func (e *Executor) diff(ctx context.Context, obj *unstructured.Unstructured, owner Owner, owners *ownerLookup) (ssa.ChangeSetEntry, error) {
-	entry := ssa.ChangeSetEntry{
-		ObjMetadata:  object.UnstructuredToObjMetadata(obj),
-		GroupVersion: obj.GroupVersionKind().Version,
-		Subject:      ssautils.FmtUnstructured(obj),
-	}
+	entry := changeSetEntry(obj)
 	dryRun := obj.DeepCopy()
 	if err := e.client.Patch(ctx, dryRun, client.Apply, client.DryRunAll, client.ForceOwnership, client.FieldOwner(FieldManager)); err != nil {
 		return entry, classifyApplyError(obj, err)
@@ -591,6 +922,20 @@ func mergeValue(live, declared any) any {
 		out[k] = mergeValue(lm[k], v)
 	}
 	return out
+}
+
+// eachOf calls fn for every index of idx from a pool of e.concurrency
+// workers and returns when all calls have.
+func (e *Executor) eachOf(idx []int, fn func(int)) {
+	var g errgroup.Group
+	g.SetLimit(e.concurrency)
+	for _, i := range idx {
+		g.Go(func() error {
+			fn(i)
+			return nil
+		})
+	}
+	_ = g.Wait()
 }
 
 // each calls fn for every object from a pool of e.concurrency workers and

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"slices"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -98,7 +99,75 @@ type ReportSpec struct {
 	// status/<namespace>/<name>.yaml, to a branch of a git repository.
 	// +optional
 	GitStatus *GitStatusReport `json:"gitStatus,omitempty"`
+
+	// PullRequests keeps one comment with the plan on each open pull
+	// request against the branch the deployment reads, and after merge
+	// follows the rollout in the same comment and in a commit status on
+	// the merge commit (docs/forges.md).
+	// +optional
+	PullRequests *PullRequestReport `json:"pullRequests,omitempty"`
 }
+
+// ForgeProvider names the kind of forge pull requests live on.
+// +kubebuilder:validation:Enum=github;gitea;gitlab
+type ForgeProvider string
+
+// Forge providers.
+const (
+	ForgeGitHub ForgeProvider = "github"
+	ForgeGitea  ForgeProvider = "gitea"
+	ForgeGitLab ForgeProvider = "gitlab"
+)
+
+// DefaultForgeTokenKey is the key of the Secret PullRequestReport.SecretRef
+// names that holds the token.
+const DefaultForgeTokenKey = "token"
+
+// PullRequestReport says which forge and repository hold the pull requests
+// of a deployment's source, and with which token Capstan comments on them
+// and sets commit statuses.
+// +kubebuilder:validation:XValidation:rule="self.provider != 'gitea' || has(self.baseURL)",message="a gitea forge needs baseURL: there is no default Gitea server"
+type PullRequestReport struct {
+	// Provider is the kind of forge: github, gitea or gitlab.
+	Provider ForgeProvider `json:"provider"`
+
+	// BaseURL is the forge's address, for GitHub Enterprise Server,
+	// self-managed GitLab and Gitea (required there), e.g.
+	// https://github.example.com. Empty means github.com or gitlab.com.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://[^\s/]+(/[^\s]*)?$`
+	BaseURL string `json:"baseURL,omitempty"`
+
+	// Repository is owner/name on GitHub and Gitea, the project's full
+	// path (group/subgroup/name) on GitLab. Defaults to the path of
+	// spec.source.git.url without .git.
+	// +optional
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$`
+	Repository string `json:"repository,omitempty"`
+
+	// SecretRef names a Secret in the deployment's namespace whose key
+	// `token` holds the forge token (scopes in docs/forges.md). The token
+	// is never written anywhere.
+	SecretRef LocalObjectReference `json:"secretRef"`
+
+	// StatusContext names the commit status on the merge commit, the
+	// name a branch protection rule would require. Defaults to
+	// capstan/<namespace>/<name>.
+	// +optional
+	// +kubebuilder:validation:MaxLength=255
+	StatusContext string `json:"statusContext,omitempty"`
+
+	// Interval is how often the open pull requests are listed, besides
+	// on push webhooks. Defaults to 1m.
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
+}
+
+// DefaultPullRequestInterval is how often open pull requests are listed
+// when PullRequestReport.Interval is not set.
+const DefaultPullRequestInterval = time.Minute
 
 // DefaultStatusBranch is the branch status commits go to when
 // GitStatusReport.Branch is empty.
@@ -312,11 +381,34 @@ type GitVerify struct {
 	SecretRef LocalObjectReference `json:"secretRef"`
 }
 
-// GitRef selects a revision of a git repository.
+// GitRef selects a revision of a git repository. At most one field is
+// set; none follows the branch main.
+// +kubebuilder:validation:XValidation:rule="(has(self.branch) ? 1 : 0) + (has(self.tag) ? 1 : 0) + (has(self.semver) ? 1 : 0) + (has(self.commit) ? 1 : 0) + (has(self.name) ? 1 : 0) <= 1",message="set at most one of branch, tag, semver, commit and name"
 type GitRef struct {
 	// Branch to follow. Defaults to main.
 	// +optional
 	Branch string `json:"branch,omitempty"`
+
+	// Tag to follow, e.g. v1.2.3. The revision is the commit the tag
+	// points at (an annotated tag's commit), shown as v1.2.3@sha1:<commit>.
+	// +optional
+	Tag string `json:"tag,omitempty"`
+
+	// SemVer follows the highest tag that is a semantic version within
+	// this range, e.g. ">=1.2.0 <2.0.0" or "~1.4"; other tags are ignored.
+	// +optional
+	SemVer string `json:"semver,omitempty"`
+
+	// Commit pins one commit by its full 40-digit SHA-1. The deployment
+	// never moves, and the repository is not polled once it is fetched.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9a-f]{40}$')",message="commit must be a full 40-digit lower-case SHA-1; short SHAs are not accepted"
+	Commit string `json:"commit,omitempty"`
+
+	// Name follows any ref by its full name, e.g. refs/pull/7/head.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('refs/')",message="name must be a full ref name such as refs/pull/7/head"
+	Name string `json:"name,omitempty"`
 }
 
 // DependencyReference names a ClusterDeployment.
@@ -539,7 +631,9 @@ type StageStatus struct {
 	// FinishedAt is when the stage became Ready.
 	// +optional
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
-	// Attempts counts the attempts at this revision.
+	// Attempts counts the attempts at this revision: the first, and one
+	// more each time the stage starts over after a failure. Waiting for
+	// readiness is one attempt, however long it takes.
 	// +optional
 	Attempts int32 `json:"attempts,omitempty"`
 	// Objects is how many rendered objects belong to the stage.
@@ -592,6 +686,11 @@ type ClusterDeploymentStatus struct {
 	// that objects its source drops are pruned and drift is watched.
 	// +optional
 	Inventory *Inventory `json:"inventory,omitempty"`
+	// LastHandledReconcileAt is the value of the annotation
+	// capstan.dev/reconcile-requested-at that the last finished reconcile
+	// answered (`capstan reconcile` waits for it).
+	// +optional
+	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
 }
 
 // Inventory is what a deployment applied, one group per stage in plan

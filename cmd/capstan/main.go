@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -13,6 +14,15 @@ import (
 
 func main() {
 	if err := run(); err != nil {
+		// A command that exits with a code of its own (diff: 1 for
+		// changes, 2 for errors) says so with an exitError.
+		var exit *exitError
+		if errors.As(err, &exit) {
+			if exit.err != nil {
+				fmt.Fprintln(os.Stderr, "capstan:", exit.err)
+			}
+			os.Exit(exit.code)
+		}
 		fmt.Fprintln(os.Stderr, "capstan:", err)
 		os.Exit(1)
 	}

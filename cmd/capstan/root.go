@@ -14,6 +14,6 @@ every stage's progress in the ClusterDeployment's status.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	cmd.AddCommand(newRunCommand(), newStatusCommand(), newEventsCommand(), newRenderCommand(), newValidateCommand(), newPushCommand(), newProfilesCommand(), newDevCommand(), newInstallCommand(), newUninstallCommand(), newPivotCommand(), newVersionCommand())
+	cmd.AddCommand(newRunCommand(), newStatusCommand(), newGetCommand(), newSuspendCommand(), newResumeCommand(), newReconcileCommand(), newEventsCommand(), newRenderCommand(), newDiffCommand(), newValidateCommand(), newPushCommand(), newProfilesCommand(), newDevCommand(), newInstallCommand(), newUninstallCommand(), newPivotCommand(), newVersionCommand())
 	return cmd
 }

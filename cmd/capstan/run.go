@@ -41,7 +41,10 @@ func (f *clusterFlags) restConfig() (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load cluster config: %w (set --kubeconfig or KUBECONFIG)", err)
 	}
-	cfg.QPS, cfg.Burst = 200, 400
+	// No client-side rate limit: the API server's priority and fairness
+	// decides how fast Capstan may go (a 429 with Retry-After is waited
+	// out by client-go), and the executor bounds what it has in flight.
+	cfg.QPS, cfg.Burst = -1, -1
 	cfg.UserAgent = "capstan/" + versionString()
 	return cfg, nil
 }

@@ -29,7 +29,7 @@ func (e *sourceError) Unwrap() []error { return e.errs }
 // a sources sentinel or nil for a retryable error; hint says what to do.
 func (s *Source) newError(op string, kind error, hint string, cause error) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s branch %s", op, s.display, s.branch)
+	fmt.Fprintf(&b, "%s %s %s", op, s.display, s.ref)
 	if kind != nil {
 		b.WriteString(": " + kind.Error())
 	}
@@ -87,26 +87,10 @@ func (s *Source) classify(op string, err error) error {
 			"repository not found (or the credentials may not read it): check spec.source.git.url", err)
 	case errors.Is(err, transport.ErrEmptyRemoteRepository):
 		return s.newError(op, sources.ErrNotFound,
-			"the repository is empty: push branch "+s.branch+" first", nil)
+			"the repository is empty: push "+s.ref.String()+" first", nil)
 	case errors.Is(err, gogit.NoMatchingRefSpecError{}), errors.Is(err, plumbing.ErrReferenceNotFound):
-		return s.branchNotFound(op, nil)
+		return s.refNotFound(op, nil)
 	default:
 		return s.newError(op, nil, "", err)
 	}
-}
-
-// branchNotFound is the error for a branch the remote does not have;
-// branches lists (some of) those it does have.
-func (s *Source) branchNotFound(op string, branches []string) error {
-	hint := "branch " + s.branch + " does not exist on the remote: check spec.source.git.ref.branch or push it"
-	if len(branches) > 0 {
-		const show = 10
-		more := ""
-		if len(branches) > show {
-			more = fmt.Sprintf(" and %d more", len(branches)-show)
-			branches = branches[:show]
-		}
-		hint += " (it has " + strings.Join(branches, ", ") + more + ")"
-	}
-	return s.newError(op, sources.ErrNotFound, hint, nil)
 }

@@ -5,28 +5,32 @@ import (
 	"os"
 
 	"github.com/go-git/go-billy/v5/osfs"
-	gogit "github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 
 	"github.com/capstan-dev/capstan/sources"
 )
 
-// Fetch implements sources.Source: a shallow (depth 1) clone of the
-// followed branch into a temporary directory, whose commit tree is then
-// written into an Artifact: into a directory of Options.CacheDir when it
-// is set, else into memory. The artifact's revision is the commit
+// Fetch implements sources.Source: a shallow (depth 1) fetch of the
+// followed ref alone into a temporary directory, whose commit tree is
+// then written into an Artifact: into a directory of Options.CacheDir
+// when it is set, else into memory. The artifact's revision is the commit
 // actually fetched, which may be newer than what Revision answered a
-// moment before.
+// moment before. A semver range lists the tags first (one request more),
+// to fetch the highest matching tag; a pinned commit is fetched by its
+// SHA where the server allows it (see fetchCommit).
 //
 // The pack is streamed to disk and checked object by object as it comes
 // (see packCheck), so a repository that breaks a limit is refused before
 // go-git indexes it, and memory holds at most one object of the pack at a
-// time, never the repository. Every Fetch clones afresh: Fetch only runs
+// time, never the repository. Every Fetch starts afresh: Fetch only runs
 // when the revision moved, when the delta would rarely be much smaller
 // than the snapshot anyway.
 func (s *Source) Fetch(ctx context.Context) (*sources.Artifact, error) {
+	want, err := s.fetchTarget(ctx)
+	if err != nil {
+		return nil, err
+	}
 	tmp, err := os.MkdirTemp(s.cacheDir(), "git-")
 	if err != nil {
 		return nil, s.newError("fetch", nil, "create a directory for the clone", err)
@@ -39,30 +43,11 @@ func (s *Source) Fetch(ctx context.Context) (*sources.Artifact, error) {
 		limits: s.limits,
 	}
 	defer st.Close() // the pack's file descriptors, before the directory goes
-	repo, err := gogit.CloneContext(ctx, st, nil, &gogit.CloneOptions{
-		URL:           s.url,
-		Auth:          s.auth,
-		CABundle:      s.opts.Auth.CABundle,
-		ReferenceName: plumbing.NewBranchReferenceName(s.branch),
-		SingleBranch:  true,
-		Depth:         1,
-		Tags:          gogit.NoTags,
-		NoCheckout:    true,
-	})
+	commit, err := s.fetchInto(ctx, st, want)
 	if err != nil {
-		if st.err != nil {
-			return nil, s.newError("fetch", nil, "", st.err)
-		}
-		return nil, s.classify("fetch", err)
+		return nil, err
 	}
-	head, err := repo.Head()
-	if err != nil {
-		return nil, s.classify("fetch", err)
-	}
-	commit, err := repo.CommitObject(head.Hash())
-	if err != nil {
-		return nil, s.newError("fetch", nil, "read commit "+head.Hash().String(), err)
-	}
+	want.commit = commit.Hash
 	if s.verify != nil {
 		if err := s.verify.verify(commit); err != nil {
 			return nil, s.newError("fetch", nil, "", err)
@@ -70,7 +55,7 @@ func (s *Source) Fetch(ctx context.Context) (*sources.Artifact, error) {
 	}
 	tree, err := commit.Tree()
 	if err != nil {
-		return nil, s.newError("fetch", nil, "read tree of commit "+head.Hash().String(), err)
+		return nil, s.newError("fetch", nil, "read tree of commit "+commit.Hash.String(), err)
 	}
 	b, err := s.newBuilder()
 	if err != nil {
@@ -78,9 +63,9 @@ func (s *Source) Fetch(ctx context.Context) (*sources.Artifact, error) {
 	}
 	if err := copyTree(ctx, st, tree, b); err != nil {
 		b.Discard()
-		return nil, s.newError("fetch", nil, "commit "+head.Hash().String(), err)
+		return nil, s.newError("fetch", nil, "commit "+commit.Hash.String(), err)
 	}
-	return b.Artifact(revision(s.branch, head.Hash())), nil
+	return b.Artifact(want.revision()), nil
 }
 
 // go-git's memory while it reads the cloned repository: objects up to

@@ -10,16 +10,22 @@ import (
 	"github.com/capstan-dev/capstan/sources"
 )
 
-// DefaultBranch is the branch a Source follows when Options.Branch is empty.
+// DefaultBranch is the branch a Source follows when neither Options.Branch
+// nor Options.Ref says otherwise.
 const DefaultBranch = "main"
 
-// Options says which repository and branch a Source follows.
+// Options says which repository and which branch, tag or commit of it a
+// Source follows.
 type Options struct {
 	// URL of the repository: https://, http://, ssh://, git://, file:// or
 	// the scp-like user@host:path. It must not carry a password.
 	URL string
-	// Branch to follow; DefaultBranch when empty.
+	// Branch to follow: the same as Ref.Branch, kept for the callers that
+	// only ever follow a branch (the root source).
 	Branch string
+	// Ref selects what to follow; none of its fields (and no Branch) means
+	// DefaultBranch.
+	Ref Ref
 	// Auth holds the credentials, if the remote needs any.
 	Auth Auth
 	// Limits bound the fetched artifact; zero fields take the defaults of
@@ -60,12 +66,13 @@ type Auth struct {
 	SSHUser string
 }
 
-// Source follows one branch of one git repository.
+// Source follows one branch, tag, semver range, commit or ref of one git
+// repository.
 type Source struct {
 	url     string // as given, for go-git
 	display string // without user info, for messages
 	scheme  string
-	branch  string
+	ref     followedRef
 	auth    transport.AuthMethod
 	opts    Options
 	limits  sources.Limits
@@ -86,16 +93,18 @@ func New(opts Options) (*Source, error) {
 		url:     opts.URL,
 		display: display,
 		scheme:  ep.Protocol,
-		branch:  opts.Branch,
 		opts:    opts,
 		limits:  opts.Limits.WithDefaults(),
 	}
-	if s.branch == "" {
-		s.branch = DefaultBranch
+	ref := opts.Ref
+	if opts.Branch != "" {
+		if ref.Branch != "" && ref.Branch != opts.Branch {
+			return nil, fmt.Errorf("git source %s: %w: Branch %q and Ref.Branch %q differ", display, sources.ErrInvalid, opts.Branch, ref.Branch)
+		}
+		ref.Branch = opts.Branch
 	}
-	if strings.HasPrefix(s.branch, "refs/") || strings.ContainsAny(s.branch, " ~^:?*[\\") {
-		return nil, fmt.Errorf("git source %s: %w: branch %q must be a plain branch name such as main",
-			display, sources.ErrInvalid, s.branch)
+	if s.ref, err = parseRef(ref); err != nil {
+		return nil, fmt.Errorf("git source %s: %w", display, err)
 	}
 	if s.auth, err = authMethod(ep, opts.Auth); err != nil {
 		return nil, fmt.Errorf("git source %s: %w", display, err)
@@ -111,8 +120,18 @@ func New(opts Options) (*Source, error) {
 // URL returns the repository URL without user info, fit for messages.
 func (s *Source) URL() string { return s.display }
 
-// Branch returns the branch the Source follows.
-func (s *Source) Branch() string { return s.branch }
+// Branch returns the branch the Source follows, or "" when it follows a
+// tag, a semver range, a commit or a ref name.
+func (s *Source) Branch() string {
+	if s.ref.kind != refBranch {
+		return ""
+	}
+	return s.ref.value
+}
+
+// Ref returns what the Source follows, for messages: "branch main",
+// "tag v1.2.3", "semver >=1.0.0", "commit <sha>" or "ref refs/pull/7/head".
+func (s *Source) Ref() string { return s.ref.String() }
 
 // parseURL validates a repository URL and returns its endpoint and a form
 // of it without user info. Its errors never quote a password.

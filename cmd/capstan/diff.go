@@ -1,0 +1,467 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"golang.org/x/term"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/reconciler"
+	"github.com/capstan-dev/capstan/render"
+	"github.com/capstan-dev/capstan/stages"
+	"github.com/capstan-dev/capstan/stages/pivot"
+)
+
+// Exit codes of `capstan diff`, as kubectl diff has them.
+const (
+	diffExitNone    = 0 // nothing would change
+	diffExitChanges = 1 // something would change, or fail
+	diffExitError   = 2 // the diff itself failed
+)
+
+// exitError ends the process with code; err, when set, is printed first.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// diffFlags are the flags of `capstan diff`.
+type diffFlags struct {
+	render     renderFlags
+	cluster    clusterFlags
+	deployment string
+	output     string
+	width      int
+}
+
+func (f *diffFlags) BindFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&f.render.root, "root", ".", "directory that plays the source artifact's root; PATH is relative to it")
+	fs.StringVarP(&f.render.deployment, "cluster-deployment", "f", "", "ClusterDeployment file whose path, substitutions and stages to use; its live namesake gives the inventory")
+	fs.StringArrayVar(&f.render.substitute, "substitute", nil, "VAR=value for ${VAR} substitution (repeatable)")
+	fs.StringVar(&f.deployment, "deployment", "", "NAMESPACE/NAME of the live ClusterDeployment whose spec (path, profile, substitutions) and inventory to use")
+	fs.StringVarP(&f.output, "output", "o", "text", "output format: text, yaml or json")
+	fs.IntVar(&f.width, "width", 0, "wrap lines at this many columns (default: the terminal's width; no wrapping when not a terminal)")
+	_ = fs.MarkHidden("width")
+	f.cluster.BindFlags(fs)
+}
+
+func newDiffCommand() *cobra.Command {
+	var f diffFlags
+	cmd := &cobra.Command{
+		Use:   "diff [PATH]",
+		Short: "Show what applying a path would change in the live cluster, stage by stage",
+		Long: `Diff renders PATH as render does, then asks the cluster of --kubeconfig what
+applying it would do, without changing anything: every object is applied as a
+server-side dry-run (field manager capstan, forced, with the owner labels,
+exactly what the apply sends) and compared with the live object.
+
+It prints, per stage, each object with a marker (+ create, ~ change,
+- delete, = unchanged, ! a problem that would stop the stage) and, for
+changes, only the fields that differ. Secret values are never printed. The
+objects the deployment applied before and PATH drops are listed as pruned;
+version and replica changes of MachineDeployments, KubeadmControlPlanes and
+LCMClusters list the rollout that follows.
+
+The deployment's identity, profile and inventory come from --deployment
+(the live ClusterDeployment) or -f (a ClusterDeployment file, whose live
+namesake gives the inventory when it exists).
+
+Exit status: 0 when nothing would change, 1 when something would (or an
+object would fail), 2 when the diff itself failed.`,
+		Example: `  capstan diff --root examples -f examples/clusters/demo/clusterdeployment.yaml
+  capstan diff --root . clusters/edge-01 --deployment capstan-system/edge-01
+  capstan diff --root . -f clusters/edge-01/clusterdeployment.yaml -o json`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			changed, err := f.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args)
+			switch {
+			case err != nil:
+				return &exitError{code: diffExitError, err: err}
+			case changed:
+				return &exitError{code: diffExitChanges}
+			}
+			return nil
+		},
+	}
+	f.BindFlags(cmd.Flags())
+	return cmd
+}
+
+// diffTarget is the deployment a diff is for.
+type diffTarget struct {
+	owner stages.Owner
+	spec  capstanv1.ClusterDeploymentSpec
+	// live is the ClusterDeployment in the cluster, nil when there is none.
+	live *capstanv1.ClusterDeployment
+}
+
+func (f *diffFlags) run(ctx context.Context, out, errOut io.Writer, args []string) (bool, error) {
+	if f.output != "text" && f.output != "yaml" && f.output != "json" {
+		return false, fmt.Errorf("--output %q: expected text, yaml or json", f.output)
+	}
+	if f.deployment != "" && f.render.deployment != "" {
+		return false, errors.New("--deployment and -f exclude each other: the first reads the deployment from the cluster, the second from a file")
+	}
+	cfg, err := f.cluster.restConfig()
+	if err != nil {
+		return false, err
+	}
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: reconciler.Scheme()})
+	if err != nil {
+		return false, fmt.Errorf("connect to %s: %w", cfg.Host, err)
+	}
+	target, err := f.target(ctx, c, args)
+	if err != nil {
+		return false, err
+	}
+	if target.spec.KubeConfig != nil {
+		fmt.Fprintf(errOut, "note: %s/%s acts on the cluster its spec.kubeConfig reaches; diff compares with the cluster of --kubeconfig (%s)\n",
+			target.owner.Namespace, target.owner.Name, cfg.Host)
+	}
+	plan, err := f.plan(ctx, target)
+	if err != nil {
+		return false, err
+	}
+	opts := stages.DiffOptions{NewRevision: target.live != nil}
+	if target.live != nil {
+		opts.Inventory = target.live.Status.Inventory
+		opts.Destructive = target.live.Spec.Prune != nil && target.live.Spec.Prune.Destructive
+	} else if target.spec.Prune != nil {
+		opts.Destructive = target.spec.Prune.Destructive
+	}
+	d, err := stages.NewExecutor(c).DiffPlan(ctx, plan, target.owner, opts)
+	if err != nil {
+		return false, fmt.Errorf("diff against %s: %w", cfg.Host, err)
+	}
+	report := diffReport{Deployment: target.owner.Namespace + "/" + target.owner.Name, Server: cfg.Host, Diff: d}
+	if target.live != nil {
+		report.LiveRevision = target.live.Status.Revision
+	}
+	if err := printDiff(out, report, f.output, f.lineWidth(out)); err != nil {
+		return false, err
+	}
+	return d.Changes(), nil
+}
+
+// target finds the deployment the diff is for: the live one --deployment
+// names, the one of the -f file (and its live namesake), or, with
+// neither, a deployment named after PATH in the default namespace.
+func (f *diffFlags) target(ctx context.Context, c client.Client, args []string) (diffTarget, error) {
+	var t diffTarget
+	if f.deployment != "" {
+		ns, name, ok := strings.Cut(f.deployment, "/")
+		if !ok || ns == "" || name == "" {
+			return t, fmt.Errorf("--deployment %q: expected NAMESPACE/NAME", f.deployment)
+		}
+		t.owner = stages.Owner{Name: name, Namespace: ns}
+		live, err := getDeployment(ctx, c, t.owner)
+		if err != nil {
+			return t, err
+		}
+		if live == nil {
+			return t, fmt.Errorf("--deployment %s: no such ClusterDeployment in the cluster", f.deployment)
+		}
+		t.live = live
+		t.spec = *live.Spec.DeepCopy()
+		if len(args) == 1 {
+			t.spec.Path = args[0]
+		}
+		for _, kv := range f.render.substitute {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				return t, fmt.Errorf("--substitute %q: expected VAR=value", kv)
+			}
+			if t.spec.Substitute == nil {
+				t.spec.Substitute = map[string]string{}
+			}
+			t.spec.Substitute[k] = v
+		}
+		return t, nil
+	}
+	spec, err := f.render.spec(args)
+	if err != nil {
+		return t, err
+	}
+	t.spec = spec
+	if f.render.deployment != "" {
+		cd, err := readDeploymentFile(f.render.deployment)
+		if err != nil {
+			return t, err
+		}
+		t.owner = stages.Owner{Name: cd.Name, Namespace: cd.Namespace}
+		if t.owner.Namespace == "" {
+			t.owner.Namespace = defaultNamespace
+		}
+	} else {
+		t.owner = stages.Owner{Name: filepath.Base(filepath.Clean(spec.Path)), Namespace: defaultNamespace}
+	}
+	if t.live, err = getDeployment(ctx, c, t.owner); err != nil {
+		return t, err
+	}
+	return t, nil
+}
+
+func readDeploymentFile(file string) (*capstanv1.ClusterDeployment, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var cd capstanv1.ClusterDeployment
+	if err := yaml.Unmarshal(data, &cd); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return &cd, nil
+}
+
+// getDeployment reads a ClusterDeployment; nil when there is none (or the
+// cluster does not serve the kind).
+func getDeployment(ctx context.Context, c client.Client, o stages.Owner) (*capstanv1.ClusterDeployment, error) {
+	cd := &capstanv1.ClusterDeployment{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Name}, cd)
+	switch {
+	case apierrors.IsNotFound(err), meta.IsNoMatchError(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read ClusterDeployment %s/%s: %w", o.Namespace, o.Name, err)
+	}
+	return cd, nil
+}
+
+// plan renders the deployment's path and builds its plan, as the
+// reconciler does.
+func (f *diffFlags) plan(ctx context.Context, t diffTarget) (*stages.Plan, error) {
+	opts := render.DefaultOptions()
+	opts.Path = t.spec.Path
+	opts.Substitute = t.spec.Substitute
+	objs, err := render.Build(ctx, os.DirFS(f.render.root), opts)
+	if err != nil {
+		return nil, fmt.Errorf("render %s: %w", filepath.Join(f.render.root, t.spec.Path), err)
+	}
+	specs, err := stages.StageSpecs(t.spec)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := stages.BuildPlan(specs, objs)
+	if err != nil {
+		return nil, fmt.Errorf("plan: %w", err)
+	}
+	if t.live != nil && t.live.Annotations[pivot.ArrivedAnnotation] != "" {
+		plan.Drop(func(obj *unstructured.Unstructured) bool {
+			return obj.GetLabels()[stages.BootstrapOnlyLabel] == "true"
+		})
+	}
+	return plan, nil
+}
+
+// lineWidth is the width to wrap at: --width, else the terminal's, else
+// none.
+func (f *diffFlags) lineWidth(out io.Writer) int {
+	if f.width > 0 {
+		return f.width
+	}
+	file, ok := out.(*os.File)
+	if !ok || !term.IsTerminal(int(file.Fd())) {
+		return 0
+	}
+	if w, _, err := term.GetSize(int(file.Fd())); err == nil && w > 0 {
+		return w
+	}
+	return 0
+}
+
+// diffReport is what `capstan diff -o json|yaml` prints.
+type diffReport struct {
+	Deployment   string           `json:"deployment"`
+	Server       string           `json:"server"`
+	LiveRevision string           `json:"liveRevision,omitempty"`
+	Diff         *stages.PlanDiff `json:"diff"`
+}
+
+func printDiff(w io.Writer, r diffReport, format string, width int) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	case "yaml":
+		data, err := yaml.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(data)
+		return err
+	}
+	var b strings.Builder
+	writeDiffText(&b, r)
+	for _, line := range strings.SplitAfter(b.String(), "\n") {
+		if _, err := io.WriteString(w, wrapLine(line, width)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// diffMarker is the mark of an object's line.
+func diffMarker(a stages.DiffAction) string {
+	switch a {
+	case stages.DiffCreate:
+		return "+"
+	case stages.DiffChange:
+		return "~"
+	case stages.DiffDelete:
+		return "-"
+	case stages.DiffUnchanged, stages.DiffHeld, stages.DiffKept:
+		return "="
+	}
+	return "!"
+}
+
+func writeDiffText(b *strings.Builder, r diffReport) {
+	d := r.Diff
+	c := d.Counts()
+	fmt.Fprintf(b, "ClusterDeployment %s against %s", r.Deployment, r.Server)
+	if r.LiveRevision != "" {
+		fmt.Fprintf(b, " (live revision %s)", r.LiveRevision)
+	}
+	b.WriteString("\n")
+	fmt.Fprintf(b, "%s\n", summaryLine(c))
+	if !d.Changes() {
+		b.WriteString("no changes: every object is as the cluster has it\n")
+	}
+	for _, s := range d.Stages {
+		fmt.Fprintf(b, "\nstage %s (%s)", s.Name, s.Action)
+		switch {
+		case s.Works || (s.Why != "" && d.Changes()):
+			fmt.Fprintf(b, ": %s", s.Why)
+		case len(s.Objects) > 0:
+			b.WriteString(": no changes")
+		}
+		b.WriteString("\n")
+		for _, o := range s.Objects {
+			writeObjectText(b, o)
+		}
+		for _, ro := range s.Rollouts {
+			writeRolloutText(b, ro)
+		}
+	}
+	if len(d.Prune) > 0 {
+		b.WriteString("\nprune (once every stage is Ready, in reverse stage order)\n")
+		for _, o := range d.Prune {
+			writeObjectText(b, o)
+		}
+	}
+}
+
+func summaryLine(c stages.DiffCounts) string {
+	s := fmt.Sprintf("%d to create, %d to change, %d to delete, %d unchanged", c.Create, c.Change, c.Delete, c.Unchanged)
+	if c.Held+c.Kept > 0 {
+		s += fmt.Sprintf(", %d kept by prune rules", c.Held+c.Kept)
+	}
+	if c.Problems > 0 {
+		s += ", " + plural(c.Problems, "problem")
+	}
+	return s
+}
+
+func writeObjectText(b *strings.Builder, o stages.ObjectDiff) {
+	fmt.Fprintf(b, "  %s %s", diffMarker(o.Action), strings.Replace(o.Ref, "/", " ", 1))
+	if o.Stage != "" {
+		fmt.Fprintf(b, " (stage %s)", o.Stage)
+	}
+	switch {
+	case o.Problem():
+		fmt.Fprintf(b, ": %s", o.Action)
+		if o.File != "" {
+			fmt.Fprintf(b, " (in %s)", o.File)
+		}
+		if o.Field != "" {
+			fmt.Fprintf(b, " at %s", o.Field)
+		}
+		fmt.Fprintf(b, ": %s", o.Error)
+	case o.Action == stages.DiffHeld || o.Action == stages.DiffKept:
+		fmt.Fprintf(b, ": %s: %s", o.Action, o.Note)
+	case o.Note != "":
+		fmt.Fprintf(b, " (%s)", o.Note)
+	}
+	b.WriteString("\n")
+	for _, fd := range o.Fields {
+		fmt.Fprintf(b, "      %s\n", fd)
+	}
+}
+
+func writeRolloutText(b *strings.Builder, r stages.RolloutDiff) {
+	fmt.Fprintf(b, "  rollout of %s: %s\n", strings.Replace(r.Object, "/", " ", 1), strings.Join(r.Changes, ", "))
+	if r.Strategy != "" {
+		fmt.Fprintf(b, "      %s\n", r.Strategy)
+	}
+	for i, batch := range r.Batches {
+		fmt.Fprintf(b, "      %d. %s\n", i+1, batchText(batch))
+	}
+}
+
+// batchText says what one batch of a rollout does.
+func batchText(b stages.RolloutBatch) string {
+	who := "machines"
+	if b.Type != "" {
+		who = b.Type + "s"
+	}
+	if len(b.Machines) == 1 && b.Type != "" {
+		who = b.Type
+	}
+	s := fmt.Sprintf("%s: %s %s %s", b.Stage, b.Phase, who, strings.Join(b.Machines, ", "))
+	if b.Drain {
+		s += " (cordoned and drained first)"
+	}
+	return s
+}
+
+// wrapLine breaks a line longer than width at spaces; the continuation
+// lines are indented four more than the line. width 0 leaves it, and so
+// does a width too narrow for the indent.
+func wrapLine(line string, width int) string {
+	body := strings.TrimSuffix(line, "\n")
+	indent := strings.Repeat(" ", len(body)-len(strings.TrimLeft(body, " "))+4)
+	if width <= len(indent)+8 || utf8.RuneCountInString(body) <= width {
+		return line
+	}
+	var out strings.Builder
+	for utf8.RuneCountInString(body) > width {
+		head := string([]rune(body)[:width])
+		cut := strings.LastIndex(head, " ")
+		if cut <= len(indent) {
+			cut = len(head) // one long word: break it where the width ends
+		}
+		out.WriteString(strings.TrimRight(body[:cut], " "))
+		out.WriteString("\n")
+		body = indent + strings.TrimLeft(body[cut:], " ")
+	}
+	out.WriteString(body)
+	if strings.HasSuffix(line, "\n") {
+		out.WriteString("\n")
+	}
+	return out.String()
+}

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/internal/testenv"
+	"github.com/capstan-dev/capstan/reconciler"
+	"github.com/capstan-dev/capstan/render"
+	"github.com/capstan-dev/capstan/stages"
+)
+
+// diffRoot holds the revisions the diff tests compare: v1 (applied), v2
+// (every kind of change), invalid, broken (does not render).
+const diffRoot = "testdata/diff"
+
+// plantedDiffSecrets are the Secret values of testdata/diff; no output of
+// diff may hold them.
+var plantedDiffSecrets = []string{"planted-diff-secret-v1-93b1", "planted-diff-secret-v2-5c0e", "planted-diff-secret-hook-77aa"}
+
+// startShopCluster starts a control plane with Capstan's CRDs, and
+// applies revision v1 of testdata/diff as ClusterDeployment
+// capstan-system/shop would: stage by stage, owner labels, inventory and
+// revision in its status.
+func startShopCluster(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a control plane; not under -short")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
+	defer cancel()
+	env, err := testenv.Start(ctx, testenv.Options{CRDDirs: []string{"../../manifests/crds"}, Progress: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: reconciler.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "capstan-system"}}); err != nil {
+		t.Fatal(err)
+	}
+	cd, err := readDeploymentFile(diffRoot + "/clusterdeployment.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, cd); err != nil {
+		t.Fatal(err)
+	}
+	opts := render.DefaultOptions()
+	opts.Path = "v1"
+	objs, err := render.Build(ctx, os.DirFS(diffRoot), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs, err := stages.StageSpecs(cd.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := stages.BuildPlan(specs, objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := stages.NewExecutor(c)
+	owner := stages.Owner{Name: cd.Name, Namespace: cd.Namespace}
+	inv := &capstanv1.Inventory{}
+	for i := range plan.Stages {
+		if res := e.ApplyStage(ctx, &plan.Stages[i], owner); res.State == capstanv1.StageFailed {
+			t.Fatal(res.Err)
+		}
+		stages.MergeInventory(inv, e.InventoryOf(&plan.Stages[i]), plan.Names())
+	}
+	cd.Status.Revision = "main@sha1:1111111111111111111111111111111111111111"
+	cd.Status.Inventory = inv
+	if err := c.Status().Update(ctx, cd); err != nil {
+		t.Fatal(err)
+	}
+	return env.KubeconfigPath
+}
+
+// serverURL is the test API server's address, which changes per run.
+var serverURL = regexp.MustCompile(`https://127\.0\.0\.1:[0-9]+`)
+
+func exitCode(err error) int {
+	var exit *exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit):
+		return exit.code
+	}
+	return -1
+}
+
+func TestDiffCommand(t *testing.T) {
+	kubeconfig := startShopCluster(t)
+	args := func(more ...string) []string {
+		return append([]string{"diff", "--root", diffRoot, "--kubeconfig", kubeconfig}, more...)
+	}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		code   int
+		golden string   // file under testdata the output equals
+		lines  []string // lines the output holds
+	}{
+		{
+			name:   "the applied revision diffs to nothing and exits 0",
+			args:   args("--deployment", "capstan-system/shop", "v1"),
+			code:   diffExitNone,
+			golden: "diff/unchanged.txt",
+		},
+		{
+			name:   "every change, the prune and the Secret redacted, wrapped to the width; exits 1",
+			args:   args("--deployment", "capstan-system/shop", "--width", "100", "v2"),
+			code:   diffExitChanges,
+			golden: "diff/changes.txt",
+		},
+		{
+			name:   "-f takes the deployment from a file and the inventory from its live namesake",
+			args:   args("-f", diffRoot+"/clusterdeployment.yaml", "--width", "100", "v2"),
+			code:   diffExitChanges,
+			golden: "diff/changes.txt",
+		},
+		{
+			name:   "an object the server refuses is a problem with its field; exits 1",
+			args:   args("--deployment", "capstan-system/shop", "invalid"),
+			code:   diffExitChanges,
+			golden: "diff/invalid.txt",
+		},
+		{
+			name:  "a path that does not render exits 2",
+			args:  args("--deployment", "capstan-system/shop", "broken"),
+			code:  diffExitError,
+			lines: []string{"render testdata/diff/broken: "},
+		},
+		{
+			name:  "a deployment that does not exist exits 2",
+			args:  args("--deployment", "capstan-system/nope", "v2"),
+			code:  diffExitError,
+			lines: []string{"--deployment capstan-system/nope: no such ClusterDeployment in the cluster"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := runCLI(t, tc.args...)
+			if code := exitCode(err); code != tc.code {
+				t.Fatalf("exit code %d (%v), want %d; output:\n%s", code, err, tc.code, out)
+			}
+			var exit *exitError
+			if errors.As(err, &exit) && exit.err != nil {
+				out += exit.err.Error() + "\n"
+			}
+			out = serverURL.ReplaceAllString(out, "https://127.0.0.1:PORT")
+			for _, v := range plantedDiffSecrets {
+				if strings.Contains(out, v) {
+					t.Errorf("output shows the Secret value %q", v)
+				}
+			}
+			if tc.golden != "" {
+				golden(t, tc.golden, out)
+			}
+			for _, l := range tc.lines {
+				if !strings.Contains(out, l) {
+					t.Errorf("output lacks %q:\n%s", l, out)
+				}
+			}
+		})
+	}
+
+	t.Run("-o json is the plan diff for machines", func(t *testing.T) {
+		out, err := runCLI(t, args("--deployment", "capstan-system/shop", "-o", "json", "v2")...)
+		if exitCode(err) != diffExitChanges {
+			t.Fatalf("exit %v", err)
+		}
+		var report struct {
+			Deployment   string          `json:"deployment"`
+			LiveRevision string          `json:"liveRevision"`
+			Diff         stages.PlanDiff `json:"diff"`
+		}
+		if err := json.Unmarshal([]byte(out), &report); err != nil {
+			t.Fatalf("%v:\n%s", err, out)
+		}
+		c := report.Diff.Counts()
+		if report.Deployment != "capstan-system/shop" || c.Create != 1 || c.Change != 3 || c.Delete != 1 || c.Unchanged != 1 {
+			t.Errorf("report: %s, counts %+v", report.Deployment, c)
+		}
+		for _, v := range plantedDiffSecrets {
+			if strings.Contains(out, v) {
+				t.Errorf("json shows the Secret value %q", v)
+			}
+		}
+		if *update {
+			// The plan comment's golden test renders this very output.
+			out = serverURL.ReplaceAllString(out, "https://127.0.0.1:PORT")
+			if err := os.WriteFile("../../reconciler/report/testdata/plan/shop.json", []byte(out), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+func TestWrapLine(t *testing.T) {
+	for _, tc := range []struct {
+		line  string
+		width int
+		want  string
+	}{
+		{"  short\n", 20, "  short\n"},
+		{"  one two three four five\n", 16, "  one two three\n      four five\n"},
+		{"  aaaaaaaaaaaaaaaaaaaaaaaa\n", 16, "  aaaaaaaaaaaaaa\n      aaaaaaaaaa\n"},
+		{"no wrap without a width\n", 0, "no wrap without a width\n"},
+	} {
+		if got := wrapLine(tc.line, tc.width); got != tc.want {
+			t.Errorf("wrapLine(%q, %d) = %q, want %q", tc.line, tc.width, got, tc.want)
+		}
+	}
+}

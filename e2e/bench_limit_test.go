@@ -1,0 +1,128 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/internal/gitserver"
+	"github.com/capstan-dev/capstan/reconciler"
+)
+
+// limitWorkers is how many parallel server-side apply workers the limit
+// uses: the executor's default pool.
+const limitWorkers = 16
+
+// unlimited returns cfg without client-side rate limits: the benchmarks
+// below measure what the API server allows (its priority and fairness),
+// as the daemon does in production.
+func unlimited(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = -1, -1
+	return cfg
+}
+
+// stagedFiles is an overlay of n ConfigMaps spread evenly over stages
+// stages, S1..Sstages.
+func stagedFiles(n, stages int) (map[string]string, []capstanv1.StageSpec) {
+	var b strings.Builder
+	var specs []capstanv1.StageSpec
+	for s := range stages {
+		specs = append(specs, capstanv1.StageSpec{Name: fmt.Sprintf("S%d", s+1)})
+	}
+	for i := range n {
+		fmt.Fprintf(&b, "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-%04d\n  namespace: ${NS}\n  labels: {capstan.dev/stage: S%d}\ndata: {index: \"%d\", payload: some configuration}\n",
+			i, i*stages/n+1, i)
+	}
+	return map[string]string{
+		"staged/kustomization.yaml": "resources: [objects.yaml]\n",
+		"staged/objects.yaml":       b.String(),
+	}, specs
+}
+
+// applyUnordered is the limit: the n ConfigMaps of stagedFiles applied into
+// ns by limitWorkers parallel server-side apply requests, and nothing else
+// (no look, no dry run, no order, no wait, no status).
+func applyUnordered(ctx context.Context, c client.Client, ns string, n int) error {
+	var g errgroup.Group
+	g.SetLimit(limitWorkers)
+	for i := range n {
+		g.Go(func() error {
+			cm := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "v1", "kind": "ConfigMap",
+				"metadata": map[string]any{"name": fmt.Sprintf("cm-%04d", i), "namespace": ns},
+				"data":     map[string]any{"index": fmt.Sprint(i), "payload": "some configuration"},
+			}}
+			return c.Patch(ctx, cm, client.Apply, client.ForceOwnership, client.FieldOwner("limit"))
+		})
+	}
+	return g.Wait()
+}
+
+// BenchmarkStagedApplyAgainstLimit measures 1,000 ConfigMaps from a git
+// repository to a Ready deployment (fetch, render, the stages in order,
+// status), in five stages and in one, each beside the limit measured in
+// the same iteration: the same objects applied unordered by parallel
+// server-side apply workers. Neither side has a client-side rate limit.
+func BenchmarkStagedApplyAgainstLimit(b *testing.B) {
+	const objects = 1000
+	for _, stageCount := range []int{5, 1} {
+		b.Run(fmt.Sprintf("stages=%d", stageCount), func(b *testing.B) {
+			c, err := client.New(unlimited(env.Config), client.Options{Scheme: reconciler.Scheme()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			startDaemonWith(b, nil, func(o *reconciler.Options) { o.Config = unlimited(o.Config) })
+			files, specs := stagedFiles(objects, stageCount)
+			var staged, limit time.Duration
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				ns := newNamespace(b)
+				url, err := gitSrv.CreateRepo(ns)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, files, "1,000 ConfigMaps"); err != nil {
+					b.Fatal(err)
+				}
+				spec := capstanv1.ClusterDeploymentSpec{
+					Source:     &capstanv1.SourceSpec{Git: &capstanv1.GitSource{URL: url, SecretRef: &capstanv1.LocalObjectReference{Name: gitSecret(b, c, ns)}}},
+					Path:       "staged",
+					Substitute: map[string]string{"NS": ns},
+					Stages:     specs,
+					// Leave the objects when the deployment goes: deleting
+					// 1,000 in the background would load the next iteration.
+					DeletionPolicy: capstanv1.DeletionPolicyOrphan,
+				}
+				limitNS := newNamespace(b)
+				b.StartTimer()
+
+				start := time.Now()
+				if err := applyUnordered(context.Background(), c, limitNS, objects); err != nil {
+					b.Fatal(err)
+				}
+				limit += time.Since(start)
+
+				start = time.Now()
+				createDeployment(b, c, ns, "staged", spec)
+				waitDeployment(b, c, ns, "staged", "Ready", isReady)
+				staged += time.Since(start)
+
+				b.StopTimer()
+				deleteDeployment(b, c, ns, "staged")
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(staged.Milliseconds())/float64(b.N), "ms/ready")
+			b.ReportMetric(float64(limit.Milliseconds())/float64(b.N), "ms/limit")
+			b.ReportMetric(float64(staged)/float64(limit), "x-limit")
+		})
+	}
+}

@@ -1,0 +1,167 @@
+package forge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"code.gitea.io/sdk/gitea"
+)
+
+// The scopes a Gitea token needs, per request.
+const (
+	giteaScopeRead    = "read:repository"
+	giteaScopeComment = "write:issue"
+	giteaScopeStatus  = "write:repository"
+)
+
+// giteaPageSize is Gitea's default maximum page (MAX_RESPONSE_ITEMS).
+const giteaPageSize = 50
+
+// Gitea is the Forge of a Gitea server, through its Go SDK.
+type Gitea struct {
+	base
+	http *http.Client
+}
+
+var _ Forge = (*Gitea)(nil)
+
+// NewGitea returns the Forge of the Gitea server at cfg.BaseURL.
+func NewGitea(cfg Config) (*Gitea, error) {
+	if cfg.BaseURL == "" {
+		return nil, errors.New("gitea: a base URL is required (the server's root URL, e.g. https://gitea.example.com)")
+	}
+	if cfg.Token == "" {
+		return nil, errors.New("gitea: a token is required")
+	}
+	return &Gitea{
+		base: base{provider: ProviderGitea, baseURL: strings.TrimSuffix(cfg.BaseURL, "/"), token: cfg.Token},
+		http: httpClient(cfg),
+	}, nil
+}
+
+// client returns an SDK client whose requests carry ctx: the SDK keeps
+// the context on the client, so each call gets its own (they are cheap:
+// the server version check is skipped, Capstan needs no old-server
+// workarounds).
+func (g *Gitea) client(ctx context.Context) (*gitea.Client, error) {
+	c, err := gitea.NewClient(g.baseURL, gitea.SetToken(g.token), gitea.SetHTTPClient(g.http),
+		gitea.SetContext(ctx), gitea.SetGiteaVersion(""), gitea.SetUserAgent("capstan"))
+	if err != nil {
+		return nil, fmt.Errorf("gitea: client for %s: %w", g.baseURL, err)
+	}
+	return c, nil
+}
+
+func giteaStatus(resp *gitea.Response) int {
+	if resp == nil || resp.Response == nil {
+		return 0
+	}
+	return resp.StatusCode
+}
+
+// OpenPullRequests implements Forge.
+func (g *Gitea) OpenPullRequests(ctx context.Context, repo, baseBranch string) ([]PullRequest, error) {
+	owner, name, err := ownerName(ProviderGitea, repo)
+	if err != nil {
+		return nil, err
+	}
+	c, err := g.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	op := "list open pull requests against " + baseBranch
+	var out []PullRequest
+	for page := 1; ; page++ {
+		prs, resp, err := c.ListRepoPullRequests(owner, name, gitea.ListPullRequestsOptions{
+			ListOptions: gitea.ListOptions{Page: page, PageSize: giteaPageSize},
+			State:       gitea.StateOpen,
+			Sort:        "oldest",
+		})
+		if err != nil {
+			return nil, g.failure(op, repo, giteaStatus(resp), giteaScopeRead, err)
+		}
+		for _, pr := range prs {
+			if pr.Base == nil || pr.Base.Ref != baseBranch || pr.Head == nil {
+				continue
+			}
+			out = append(out, PullRequest{
+				Number: pr.Index, Title: pr.Title, HeadSHA: pr.Head.Sha, HeadRef: pr.Head.Ref,
+				HeadFetchRef: fmt.Sprintf("refs/pull/%d/head", pr.Index), BaseRef: pr.Base.Ref, URL: pr.HTMLURL,
+			})
+		}
+		if len(prs) == 0 || resp == nil || resp.NextPage == 0 {
+			return out, nil
+		}
+	}
+}
+
+// UpsertComment implements Forge.
+func (g *Gitea) UpsertComment(ctx context.Context, repo string, pr int64, key, body string) (Comment, error) {
+	owner, name, err := ownerName(ProviderGitea, repo)
+	if err != nil {
+		return Comment{}, err
+	}
+	if err := checkKey(key); err != nil {
+		return Comment{}, err
+	}
+	c, err := g.client(ctx)
+	if err != nil {
+		return Comment{}, err
+	}
+	op := fmt.Sprintf("comment on pull request %d", pr)
+	want := commentBody(key, body, GiteaCommentLimit)
+	for page := 1; ; page++ {
+		cs, resp, err := c.ListIssueComments(owner, name, pr, gitea.ListIssueCommentOptions{
+			ListOptions: gitea.ListOptions{Page: page, PageSize: giteaPageSize},
+		})
+		if err != nil {
+			return Comment{}, g.failure(op, repo, giteaStatus(resp), giteaScopeComment, err)
+		}
+		for _, cm := range cs {
+			if !isOurs(cm.Body, key) {
+				continue
+			}
+			if sameBody(cm.Body, want) {
+				return Comment{ID: cm.ID, URL: cm.HTMLURL, Action: CommentUnchanged}, nil
+			}
+			edited, resp, err := c.EditIssueComment(owner, name, cm.ID, gitea.EditIssueCommentOption{Body: want})
+			if err != nil {
+				return Comment{}, g.failure(fmt.Sprintf("edit comment %d on pull request %d", cm.ID, pr), repo, giteaStatus(resp), giteaScopeComment, err)
+			}
+			return Comment{ID: edited.ID, URL: edited.HTMLURL, Action: CommentEdited}, nil
+		}
+		if len(cs) == 0 || resp == nil || resp.NextPage == 0 {
+			break
+		}
+	}
+	created, resp, err := c.CreateIssueComment(owner, name, pr, gitea.CreateIssueCommentOption{Body: want})
+	if err != nil {
+		return Comment{}, g.failure(op, repo, giteaStatus(resp), giteaScopeComment, err)
+	}
+	return Comment{ID: created.ID, URL: created.HTMLURL, Action: CommentCreated}, nil
+}
+
+// SetCommitStatus implements Forge.
+func (g *Gitea) SetCommitStatus(ctx context.Context, repo, sha string, st Status) error {
+	owner, name, err := ownerName(ProviderGitea, repo)
+	if err != nil {
+		return err
+	}
+	if err := checkState(st.State); err != nil {
+		return err
+	}
+	c, err := g.client(ctx)
+	if err != nil {
+		return err
+	}
+	_, resp, err := c.CreateStatus(owner, name, sha, gitea.CreateStatusOption{
+		State:       gitea.StatusState(st.State),
+		TargetURL:   st.TargetURL,
+		Description: statusDescription(st),
+		Context:     statusContext(st),
+	})
+	return g.failure("set commit status "+statusContext(st)+" on commit "+sha, repo, giteaStatus(resp), giteaScopeStatus, err)
+}

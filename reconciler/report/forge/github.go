@@ -1,0 +1,162 @@
+package forge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/google/go-github/v84/github"
+)
+
+// The permissions a GitHub token needs, per request: fine-grained tokens
+// and GitHub Apps name permissions, classic tokens scopes.
+const (
+	githubScopeRead    = `"Pull requests: read" (classic token: repo, or public_repo for a public repository)`
+	githubScopeComment = `"Pull requests: write" (classic token: repo, or public_repo for a public repository)`
+	githubScopeStatus  = `"Commit statuses: write" (classic token: repo:status)`
+)
+
+// githubPageSize is the largest page GitHub serves.
+const githubPageSize = 100
+
+// GitHub is the Forge of github.com or a GitHub Enterprise Server, through
+// go-github.
+type GitHub struct {
+	base
+	client *github.Client
+}
+
+var _ Forge = (*GitHub)(nil)
+
+// NewGitHub returns the Forge of github.com, or of the GitHub Enterprise
+// Server at cfg.BaseURL.
+func NewGitHub(cfg Config) (*GitHub, error) {
+	if cfg.Token == "" {
+		return nil, errors.New("github: a token is required")
+	}
+	c := github.NewClient(httpClient(cfg)).WithAuthToken(cfg.Token)
+	shown := "https://api.github.com"
+	if cfg.BaseURL != "" {
+		u, err := url.Parse(cfg.BaseURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return nil, fmt.Errorf("github: base URL %q: must be an http(s) URL such as https://github.example.com", cfg.BaseURL)
+		}
+		// The API of a GitHub Enterprise Server lives under /api/v3/,
+		// which WithEnterpriseURLs adds.
+		if c, err = c.WithEnterpriseURLs(cfg.BaseURL, cfg.BaseURL); err != nil {
+			return nil, fmt.Errorf("github: base URL %q: %w", cfg.BaseURL, err)
+		}
+		shown = strings.TrimSuffix(c.BaseURL.String(), "/")
+	}
+	c.UserAgent = "capstan"
+	return &GitHub{base: base{provider: ProviderGitHub, baseURL: shown, token: cfg.Token}, client: c}, nil
+}
+
+func githubStatus(resp *github.Response) int {
+	if resp == nil || resp.Response == nil {
+		return 0
+	}
+	return resp.StatusCode
+}
+
+// OpenPullRequests implements Forge.
+func (g *GitHub) OpenPullRequests(ctx context.Context, repo, baseBranch string) ([]PullRequest, error) {
+	owner, name, err := ownerName(ProviderGitHub, repo)
+	if err != nil {
+		return nil, err
+	}
+	opts := &github.PullRequestListOptions{
+		State: "open", Base: baseBranch, Sort: "created", Direction: "asc",
+		ListOptions: github.ListOptions{PerPage: githubPageSize},
+	}
+	var out []PullRequest
+	for {
+		prs, resp, err := g.client.PullRequests.List(ctx, owner, name, opts)
+		if err != nil {
+			return nil, g.failure("list open pull requests against "+baseBranch, repo, githubStatus(resp), githubScopeRead, err)
+		}
+		for _, pr := range prs {
+			if pr.GetBase().GetRef() != baseBranch {
+				continue
+			}
+			n := int64(pr.GetNumber())
+			out = append(out, PullRequest{
+				Number: n, Title: pr.GetTitle(), HeadSHA: pr.GetHead().GetSHA(), HeadRef: pr.GetHead().GetRef(),
+				HeadFetchRef: fmt.Sprintf("refs/pull/%d/head", n), BaseRef: pr.GetBase().GetRef(), URL: pr.GetHTMLURL(),
+			})
+		}
+		if resp == nil || resp.NextPage == 0 {
+			return out, nil
+		}
+		opts.Page = resp.NextPage
+	}
+}
+
+// UpsertComment implements Forge. A pull request's conversation comments
+// are its issue's comments on GitHub.
+func (g *GitHub) UpsertComment(ctx context.Context, repo string, pr int64, key, body string) (Comment, error) {
+	owner, name, err := ownerName(ProviderGitHub, repo)
+	if err != nil {
+		return Comment{}, err
+	}
+	if err := checkKey(key); err != nil {
+		return Comment{}, err
+	}
+	op := fmt.Sprintf("comment on pull request %d", pr)
+	want := commentBody(key, body, GitHubCommentLimit)
+	opts := &github.IssueListCommentsOptions{
+		Sort: github.Ptr("created"), Direction: github.Ptr("asc"),
+		ListOptions: github.ListOptions{PerPage: githubPageSize},
+	}
+	for {
+		cs, resp, err := g.client.Issues.ListComments(ctx, owner, name, int(pr), opts)
+		if err != nil {
+			return Comment{}, g.failure(op, repo, githubStatus(resp), githubScopeComment, err)
+		}
+		for _, cm := range cs {
+			if !isOurs(cm.GetBody(), key) {
+				continue
+			}
+			if sameBody(cm.GetBody(), want) {
+				return Comment{ID: cm.GetID(), URL: cm.GetHTMLURL(), Action: CommentUnchanged}, nil
+			}
+			edited, resp, err := g.client.Issues.EditComment(ctx, owner, name, cm.GetID(), &github.IssueComment{Body: github.Ptr(want)})
+			if err != nil {
+				return Comment{}, g.failure(fmt.Sprintf("edit comment %d on pull request %d", cm.GetID(), pr), repo, githubStatus(resp), githubScopeComment, err)
+			}
+			return Comment{ID: edited.GetID(), URL: edited.GetHTMLURL(), Action: CommentEdited}, nil
+		}
+		if resp == nil || resp.NextPage == 0 {
+			break
+		}
+		opts.Page = resp.NextPage
+	}
+	created, resp, err := g.client.Issues.CreateComment(ctx, owner, name, int(pr), &github.IssueComment{Body: github.Ptr(want)})
+	if err != nil {
+		return Comment{}, g.failure(op, repo, githubStatus(resp), githubScopeComment, err)
+	}
+	return Comment{ID: created.GetID(), URL: created.GetHTMLURL(), Action: CommentCreated}, nil
+}
+
+// SetCommitStatus implements Forge.
+func (g *GitHub) SetCommitStatus(ctx context.Context, repo, sha string, st Status) error {
+	owner, name, err := ownerName(ProviderGitHub, repo)
+	if err != nil {
+		return err
+	}
+	if err := checkState(st.State); err != nil {
+		return err
+	}
+	status := github.RepoStatus{
+		State:       github.Ptr(string(st.State)),
+		Description: github.Ptr(statusDescription(st)),
+		Context:     github.Ptr(statusContext(st)),
+	}
+	if st.TargetURL != "" {
+		status.TargetURL = github.Ptr(st.TargetURL)
+	}
+	_, resp, err := g.client.Repositories.CreateStatus(ctx, owner, name, sha, status)
+	return g.failure("set commit status "+statusContext(st)+" on commit "+sha, repo, githubStatus(resp), githubScopeStatus, err)
+}

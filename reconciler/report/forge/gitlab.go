@@ -1,0 +1,210 @@
+package forge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	gitlab "gitlab.com/gitlab-org/api/client-go"
+)
+
+// The scope and role a GitLab token needs, per request.
+const (
+	gitlabScopeRead    = "the read_api scope and the Reporter role on the project"
+	gitlabScopeComment = "the api scope and the Reporter role on the project"
+	gitlabScopeStatus  = "the api scope and the Developer role on the project"
+)
+
+// gitlabPageSize is the largest page GitLab serves.
+const gitlabPageSize = 100
+
+// GitLab is the Forge of gitlab.com or a self-managed GitLab, through
+// gitlab.com/gitlab-org/api/client-go.
+type GitLab struct {
+	base
+	client *gitlab.Client
+	webURL string // the server's web root, for links to notes
+}
+
+var _ Forge = (*GitLab)(nil)
+
+// NewGitLab returns the Forge of gitlab.com, or of the GitLab at
+// cfg.BaseURL.
+func NewGitLab(cfg Config) (*GitLab, error) {
+	if cfg.Token == "" {
+		return nil, errors.New("gitlab: a token is required")
+	}
+	opts := []gitlab.ClientOptionFunc{
+		gitlab.WithHTTPClient(httpClient(cfg)),
+		gitlab.WithUserAgent("capstan"),
+		// The reporter retries with backoff and knows when to stop
+		// (Error.Retryable); the client's own retries would hide that.
+		gitlab.WithoutRetries(),
+	}
+	if cfg.BaseURL != "" {
+		u, err := url.Parse(cfg.BaseURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return nil, fmt.Errorf("gitlab: base URL %q: must be an http(s) URL such as https://gitlab.example.com", cfg.BaseURL)
+		}
+		// WithBaseURL adds /api/v4 when it is missing.
+		opts = append(opts, gitlab.WithBaseURL(cfg.BaseURL))
+	}
+	c, err := gitlab.NewClient(cfg.Token, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("gitlab: client for %s: %w", cfg.BaseURL, err)
+	}
+	api := strings.TrimSuffix(c.BaseURL().String(), "/")
+	return &GitLab{
+		base:   base{provider: ProviderGitLab, baseURL: api, token: cfg.Token},
+		client: c,
+		webURL: strings.TrimSuffix(api, "/api/v4"),
+	}, nil
+}
+
+func gitlabStatus(resp *gitlab.Response, err error) int {
+	if resp != nil && resp.Response != nil {
+		return resp.StatusCode
+	}
+	if errors.Is(err, gitlab.ErrNotFound) {
+		return http.StatusNotFound
+	}
+	return 0
+}
+
+func checkProject(repo string) error {
+	if repo == "" || strings.HasPrefix(repo, "/") || strings.HasSuffix(repo, "/") {
+		return fmt.Errorf("gitlab project %q: must be the project's path, e.g. group/subgroup/name", repo)
+	}
+	return nil
+}
+
+// OpenPullRequests implements Forge: the open merge requests whose target
+// branch is base.
+func (g *GitLab) OpenPullRequests(ctx context.Context, repo, baseBranch string) ([]PullRequest, error) {
+	if err := checkProject(repo); err != nil {
+		return nil, err
+	}
+	opts := &gitlab.ListProjectMergeRequestsOptions{
+		State: gitlab.Ptr("opened"), TargetBranch: gitlab.Ptr(baseBranch),
+		OrderBy: gitlab.Ptr("created_at"), Sort: gitlab.Ptr("asc"),
+		ListOptions: gitlab.ListOptions{PerPage: gitlabPageSize},
+	}
+	var out []PullRequest
+	for {
+		mrs, resp, err := g.client.MergeRequests.ListProjectMergeRequests(repo, opts, gitlab.WithContext(ctx))
+		if err != nil {
+			return nil, g.failure("list open merge requests against "+baseBranch, repo, gitlabStatus(resp, err), gitlabScopeRead, err)
+		}
+		for _, mr := range mrs {
+			if mr.TargetBranch != baseBranch {
+				continue
+			}
+			out = append(out, PullRequest{
+				Number: mr.IID, Title: mr.Title, HeadSHA: mr.SHA, HeadRef: mr.SourceBranch,
+				HeadFetchRef: fmt.Sprintf("refs/merge-requests/%d/head", mr.IID), BaseRef: mr.TargetBranch, URL: mr.WebURL,
+			})
+		}
+		if resp == nil || resp.NextPage == 0 {
+			return out, nil
+		}
+		opts.Page = resp.NextPage
+	}
+}
+
+// UpsertComment implements Forge with a merge request note. System notes
+// (GitLab's own "added 1 commit") are never taken for Capstan's.
+func (g *GitLab) UpsertComment(ctx context.Context, repo string, mr int64, key, body string) (Comment, error) {
+	if err := checkProject(repo); err != nil {
+		return Comment{}, err
+	}
+	if err := checkKey(key); err != nil {
+		return Comment{}, err
+	}
+	op := fmt.Sprintf("comment on merge request %d", mr)
+	want := commentBody(key, body, GitLabCommentLimit)
+	opts := &gitlab.ListMergeRequestNotesOptions{
+		OrderBy: gitlab.Ptr("created_at"), Sort: gitlab.Ptr("asc"),
+		ListOptions: gitlab.ListOptions{PerPage: gitlabPageSize},
+	}
+	for {
+		notes, resp, err := g.client.Notes.ListMergeRequestNotes(repo, mr, opts, gitlab.WithContext(ctx))
+		if err != nil {
+			return Comment{}, g.failure(op, repo, gitlabStatus(resp, err), gitlabScopeComment, err)
+		}
+		for _, n := range notes {
+			if n.System || !isOurs(n.Body, key) {
+				continue
+			}
+			if sameBody(n.Body, want) {
+				return Comment{ID: n.ID, URL: g.noteURL(repo, mr, n.ID), Action: CommentUnchanged}, nil
+			}
+			edited, resp, err := g.client.Notes.UpdateMergeRequestNote(repo, mr, n.ID,
+				&gitlab.UpdateMergeRequestNoteOptions{Body: gitlab.Ptr(want)}, gitlab.WithContext(ctx))
+			if err != nil {
+				return Comment{}, g.failure(fmt.Sprintf("edit note %d on merge request %d", n.ID, mr), repo, gitlabStatus(resp, err), gitlabScopeComment, err)
+			}
+			return Comment{ID: edited.ID, URL: g.noteURL(repo, mr, edited.ID), Action: CommentEdited}, nil
+		}
+		if resp == nil || resp.NextPage == 0 {
+			break
+		}
+		opts.Page = resp.NextPage
+	}
+	created, resp, err := g.client.Notes.CreateMergeRequestNote(repo, mr,
+		&gitlab.CreateMergeRequestNoteOptions{Body: gitlab.Ptr(want)}, gitlab.WithContext(ctx))
+	if err != nil {
+		return Comment{}, g.failure(op, repo, gitlabStatus(resp, err), gitlabScopeComment, err)
+	}
+	return Comment{ID: created.ID, URL: g.noteURL(repo, mr, created.ID), Action: CommentCreated}, nil
+}
+
+// noteURL is the web address of a note; empty for a project given by its
+// numeric ID, whose path Capstan does not know.
+func (g *GitLab) noteURL(repo string, mr, note int64) string {
+	if _, err := strconv.ParseInt(repo, 10, 64); err == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s/%s/-/merge_requests/%d#note_%d", g.webURL, repo, mr, note)
+}
+
+// gitlabState maps a State to GitLab's: it has no error state, and a
+// rollout in progress is running rather than pending (waiting to start).
+func gitlabState(s State) gitlab.BuildStateValue {
+	switch s {
+	case StatePending:
+		return gitlab.Running
+	case StateSuccess:
+		return gitlab.Success
+	}
+	return gitlab.Failed
+}
+
+// SetCommitStatus implements Forge. GitLab refuses to set a status to the
+// state it already has ("Cannot transition status via :run from
+// :running"); that answer counts as done, since the state is the one
+// wanted (only the description stays as it was).
+func (g *GitLab) SetCommitStatus(ctx context.Context, repo, sha string, st Status) error {
+	if err := checkProject(repo); err != nil {
+		return err
+	}
+	if err := checkState(st.State); err != nil {
+		return err
+	}
+	opts := &gitlab.SetCommitStatusOptions{
+		State:       gitlabState(st.State),
+		Name:        gitlab.Ptr(statusContext(st)),
+		Description: gitlab.Ptr(statusDescription(st)),
+	}
+	if st.TargetURL != "" {
+		opts.TargetURL = gitlab.Ptr(st.TargetURL)
+	}
+	_, resp, err := g.client.Commits.SetCommitStatus(repo, sha, opts, gitlab.WithContext(ctx))
+	if err != nil && gitlabStatus(resp, err) == http.StatusBadRequest && strings.Contains(err.Error(), "Cannot transition status") {
+		return nil
+	}
+	return g.failure("set commit status "+statusContext(st)+" on commit "+sha, repo, gitlabStatus(resp, err), gitlabScopeStatus, err)
+}

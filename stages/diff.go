@@ -1,0 +1,596 @@
+package stages
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/fluxcd/cli-utils/pkg/object"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+)
+
+// DiffAction is what applying a revision would do to one object.
+type DiffAction string
+
+// What a revision would do to an object.
+const (
+	// DiffCreate: the object does not exist; the apply creates it.
+	DiffCreate DiffAction = "create"
+	// DiffChange: the apply changes the live object (Fields say how).
+	DiffChange DiffAction = "change"
+	// DiffUnchanged: the apply leaves the live object as it is.
+	DiffUnchanged DiffAction = "unchanged"
+	// DiffDelete: the object goes, by a prune or a delete stage.
+	DiffDelete DiffAction = "delete"
+	// DiffHeld: the revision drops an object of a destructive kind, which
+	// is kept until the deployment sets spec.prune.destructive.
+	DiffHeld DiffAction = "held"
+	// DiffKept: the revision drops an object marked capstan.dev/prune:
+	// disabled; it stays in the cluster.
+	DiffKept DiffAction = "kept"
+	// DiffConflict: another ClusterDeployment owns the object, or it
+	// exists unowned and may not be taken over; the stage would fail.
+	DiffConflict DiffAction = "conflict"
+	// DiffInvalid: the API server refuses the object (dry-run Invalid, a
+	// kind it does not serve); the stage would fail.
+	DiffInvalid DiffAction = "invalid"
+	// DiffFailed: the object could not be looked at (e.g. RBAC denied).
+	DiffFailed DiffAction = "failed"
+)
+
+// ObjectDiff is what a revision would do to one object.
+type ObjectDiff struct {
+	// Ref names the object as Kind/namespace/name.
+	Ref        string     `json:"ref"`
+	APIVersion string     `json:"apiVersion"`
+	Kind       string     `json:"kind"`
+	Namespace  string     `json:"namespace,omitempty"`
+	Name       string     `json:"name"`
+	Action     DiffAction `json:"action"`
+	// Stage is the inventory stage of a pruned object.
+	Stage string `json:"stage,omitempty"`
+	// Fields are the fields a change changes, in path order.
+	Fields []FieldDiff `json:"fields,omitempty"`
+	// Note says why: the reason an object is held or kept, or that a
+	// create could not be validated yet.
+	Note string `json:"note,omitempty"`
+	// Error is the problem of a conflict, an invalid object or a failed
+	// look, with File and Field when they are known.
+	Error string `json:"error,omitempty"`
+	File  string `json:"file,omitempty"`
+	Field string `json:"field,omitempty"`
+}
+
+// Problem reports whether the object would stop its stage.
+func (o ObjectDiff) Problem() bool {
+	return o.Action == DiffConflict || o.Action == DiffInvalid || o.Action == DiffFailed
+}
+
+// StageDiff is what a revision would do in one stage.
+type StageDiff struct {
+	Name   string                `json:"name"`
+	Action capstanv1.StageAction `json:"action"`
+	// Objects are the stage's objects: applied by an apply stage, deleted
+	// by a delete stage. Other stages act on objects of other stages.
+	Objects []ObjectDiff `json:"objects,omitempty"`
+	// Works is true when the stage would change something: apply or
+	// delete objects, hand LCM machines new items.
+	Works bool `json:"works"`
+	// Runs is true when the stage would be walked again: it works, or the
+	// revision is new (a new revision starts every stage from Pending; a
+	// stage with nothing to do passes once its checks hold).
+	Runs bool `json:"runs"`
+	// Why says what the stage would do, in a few words.
+	Why string `json:"why,omitempty"`
+	// Rollouts are the machine rollouts the stage's changes start.
+	Rollouts []RolloutDiff `json:"rollouts,omitempty"`
+}
+
+// PlanDiff is what applying a plan would do to a live cluster: per stage
+// and object a server-side dry-run against the live object, the objects
+// the revision drops, and the rollouts that follow. It is data: the CLI
+// prints it, the reconciler turns it into a pull-request comment.
+type PlanDiff struct {
+	Owner Owner `json:"owner"`
+	// NewRevision is true when the plan is of a revision the deployment
+	// has not applied yet.
+	NewRevision bool        `json:"newRevision"`
+	Stages      []StageDiff `json:"stages"`
+	// Prune are the objects of the inventory that the revision drops,
+	// deleted once every stage is Ready, in reverse stage order.
+	Prune []ObjectDiff `json:"prune,omitempty"`
+	// secrets holds the values of the Secrets the diff saw (rendered and
+	// live), so that whatever prints it can check its text for them. Never
+	// serialized.
+	secrets []map[string][]byte
+}
+
+// DiffCounts counts the objects of a PlanDiff by action.
+type DiffCounts struct {
+	Create, Change, Unchanged, Delete, Held, Kept, Problems int
+}
+
+// Counts counts the diff's objects by action.
+func (d *PlanDiff) Counts() DiffCounts {
+	var c DiffCounts
+	count := func(o ObjectDiff) {
+		switch o.Action {
+		case DiffCreate:
+			c.Create++
+		case DiffChange:
+			c.Change++
+		case DiffUnchanged:
+			c.Unchanged++
+		case DiffDelete:
+			c.Delete++
+		case DiffHeld:
+			c.Held++
+		case DiffKept:
+			c.Kept++
+		default:
+			c.Problems++
+		}
+	}
+	for _, s := range d.Stages {
+		for _, o := range s.Objects {
+			count(o)
+		}
+	}
+	for _, o := range d.Prune {
+		count(o)
+	}
+	return c
+}
+
+// Changes reports whether applying the plan would change the cluster, or
+// fail: what `capstan diff` exits 1 for.
+func (d *PlanDiff) Changes() bool {
+	c := d.Counts()
+	return c.Create+c.Change+c.Delete+c.Problems > 0 || len(d.Rollouts()) > 0
+}
+
+// Problems lists the objects that would stop their stage, in plan order.
+func (d *PlanDiff) Problems() []ObjectDiff {
+	var out []ObjectDiff
+	for _, s := range d.Stages {
+		for _, o := range s.Objects {
+			if o.Problem() {
+				out = append(out, o)
+			}
+		}
+	}
+	for _, o := range d.Prune {
+		if o.Problem() {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// Rollouts lists every stage's rollouts, in plan order.
+func (d *PlanDiff) Rollouts() []RolloutDiff {
+	var out []RolloutDiff
+	for _, s := range d.Stages {
+		out = append(out, s.Rollouts...)
+	}
+	return out
+}
+
+// SecretData returns the data of every Secret the diff saw, rendered or
+// live, for a last check that no value reached the printed text. The diff
+// itself never holds a Secret value in any exported field.
+func (d *PlanDiff) SecretData() []map[string][]byte { return d.secrets }
+
+// DiffOptions tune DiffPlan.
+type DiffOptions struct {
+	// Inventory is the deployment's status.inventory: what it applied.
+	// The objects it holds and the plan drops are pruned.
+	Inventory *capstanv1.Inventory
+	// Destructive is the deployment's spec.prune.destructive.
+	Destructive bool
+	// NewRevision says that the plan is of a revision the deployment has
+	// not applied yet: every stage is walked again.
+	NewRevision bool
+}
+
+// DiffPlan works out what applying plan for owner would do to the
+// executor's cluster, without changing it: for every object of an apply
+// stage the server-side dry-run apply the executor would send (field
+// manager capstan, forced, with the owner labels) and a GET of the live
+// object; the objects a delete stage would delete; the objects the
+// inventory holds that the plan drops; and the rollouts the changes start.
+// Problems of single objects (invalid, not served, owned by another
+// deployment) are collected in the result, all of them; the error is for
+// what stops the whole look (the cluster cannot be reached).
+func (e *Executor) DiffPlan(ctx context.Context, plan *Plan, owner Owner, opts DiffOptions) (*PlanDiff, error) {
+	if e.cluster != nil {
+		if err := e.cluster.CheckAvailable(ctx); err != nil {
+			return nil, &UnreachableError{Cluster: e.cluster.Name(), Err: err}
+		}
+	}
+	d := &PlanDiff{Owner: owner, NewRevision: opts.NewRevision, Stages: make([]StageDiff, len(plan.Stages))}
+	pending := planDefinitions(plan)
+	owners := &ownerLookup{home: e.home}
+	// dryRuns keeps the dry-run result of every changed or created
+	// object, for the rollouts.
+	dryRuns := map[string]*unstructured.Unstructured{}
+	lives := map[string]*unstructured.Unstructured{}
+	for i := range plan.Stages {
+		stage := &plan.Stages[i]
+		sd := StageDiff{Name: stage.Name, Action: stage.Action}
+		switch stage.Action {
+		case capstanv1.StageActionApply, "":
+			sd.Objects = make([]ObjectDiff, len(stage.Objects))
+			looks := make([]objectLook, len(stage.Objects))
+			e.each(stage.Objects, func(j int, obj *unstructured.Unstructured) {
+				looks[j] = e.diffObject(ctx, obj, stage.Name, owner, owners, pending)
+			})
+			for j, l := range looks {
+				if l.err != nil {
+					return nil, l.err
+				}
+				sd.Objects[j] = l.diff
+				d.addSecret(stage.Objects[j], l.live)
+				id := ObjectID(stage.Objects[j])
+				if l.dryRun != nil {
+					dryRuns[id] = l.dryRun
+				}
+				if l.live != nil {
+					lives[id] = l.live
+				}
+			}
+		case capstanv1.StageActionDelete:
+			for _, obj := range stage.Objects {
+				od, err := e.diffDeletion(ctx, obj)
+				if err != nil {
+					return nil, err
+				}
+				if od != nil {
+					sd.Objects = append(sd.Objects, *od)
+				}
+			}
+		}
+		d.Stages[i] = sd
+	}
+	if err := e.diffPrune(ctx, d, plan, owner, opts); err != nil {
+		return nil, err
+	}
+	if err := e.diffRollouts(ctx, d, plan, dryRuns, lives); err != nil {
+		return nil, err
+	}
+	handed := map[string]int{}
+	for _, r := range d.Rollouts() {
+		for _, b := range r.Batches {
+			handed[b.Stage] += len(b.Machines)
+		}
+	}
+	for i := range d.Stages {
+		judgeStage(&d.Stages[i], handed[d.Stages[i].Name], opts.NewRevision)
+	}
+	d.scrub()
+	return d, nil
+}
+
+// objectLook is what looking at one object found.
+type objectLook struct {
+	diff   ObjectDiff
+	dryRun *unstructured.Unstructured // the object as the apply would leave it
+	live   *unstructured.Unstructured // nil when it does not exist
+	err    error                      // only for what stops the whole diff
+}
+
+// diffObject dry-runs the apply of one object and compares the result
+// with the live object, the way the executor decides to apply it.
+func (e *Executor) diffObject(ctx context.Context, obj *unstructured.Unstructured, stage string, owner Owner, owners *ownerLookup, pending definitions) objectLook {
+	od := newObjectDiff(obj)
+	applied := ownedBy(obj, stage, owner)
+	dryRun := applied.DeepCopy()
+	err := e.client.Patch(ctx, dryRun, client.Apply, client.DryRunAll, client.ForceOwnership, client.FieldOwner(FieldManager))
+	if err != nil {
+		if why := pending.explains(obj, err); why != "" {
+			// Served or created only once an earlier object of the
+			// plan is applied: a create the server cannot check yet.
+			od.Action, od.Note = DiffCreate, why
+			return objectLook{diff: od}
+		}
+		return e.lookFailed(od, obj, err)
+	}
+	if dryRun.GetResourceVersion() == "" {
+		od.Action = DiffCreate
+		return objectLook{diff: od, dryRun: dryRun}
+	}
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(obj.GroupVersionKind())
+	if err := e.client.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
+		if apierrors.IsNotFound(err) {
+			od.Action = DiffCreate
+			return objectLook{diff: od, dryRun: dryRun}
+		}
+		return e.lookFailed(od, obj, err)
+	}
+	if err := owners.check(ctx, obj, live, owner); err != nil {
+		od.Action, od.Error = DiffConflict, err.Error()
+		return objectLook{diff: od, live: live}
+	}
+	od.Fields = FieldDiffs(live, dryRun)
+	od.Action = DiffUnchanged
+	if changes(live, dryRun, true) {
+		od.Action = DiffChange
+	}
+	return objectLook{diff: od, dryRun: dryRun, live: live}
+}
+
+// lookFailed records why an object could not be dry-run or read. A
+// cluster that stopped answering stops the whole diff.
+func (e *Executor) lookFailed(od ObjectDiff, obj *unstructured.Unstructured, err error) objectLook {
+	if isNetworkError(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return objectLook{err: fmt.Errorf("dry-run %s: %w", ObjectRef(obj), err)}
+	}
+	classified := classifyApplyError(obj, err)
+	od.Action, od.Error = DiffFailed, classified.Error()
+	if IsStalled(classified) {
+		od.Action = DiffInvalid
+	}
+	od.Field = invalidField(err)
+	od.File = originFile(obj)
+	return objectLook{diff: od}
+}
+
+// invalidField is the field the API server names in its answer, when it
+// names exactly one.
+func invalidField(err error) string {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return ""
+	}
+	var fields []string
+	for _, c := range status.Status().Details.Causes {
+		if c.Field != "" && !slices.Contains(fields, c.Field) {
+			fields = append(fields, c.Field)
+		}
+	}
+	if len(fields) == 1 {
+		return fields[0]
+	}
+	return ""
+}
+
+func newObjectDiff(obj *unstructured.Unstructured) ObjectDiff {
+	return ObjectDiff{
+		Ref:        ObjectRef(obj),
+		APIVersion: obj.GetAPIVersion(),
+		Kind:       obj.GetKind(),
+		Namespace:  obj.GetNamespace(),
+		Name:       obj.GetName(),
+	}
+}
+
+// diffDeletion looks at an object a delete stage deletes: nil when it is
+// gone already.
+func (e *Executor) diffDeletion(ctx context.Context, obj *unstructured.Unstructured) (*ObjectDiff, error) {
+	od := newObjectDiff(obj)
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(obj.GroupVersionKind())
+	err := e.client.Get(ctx, client.ObjectKeyFromObject(obj), live)
+	switch {
+	case apierrors.IsNotFound(err), meta.IsNoMatchError(err):
+		return nil, nil
+	case err != nil && isNetworkError(err):
+		return nil, fmt.Errorf("look up %s: %w", ObjectRef(obj), err)
+	case err != nil:
+		od.Action, od.Error = DiffFailed, fmt.Sprintf("look up %s: %v", ObjectRef(obj), err)
+		return &od, nil
+	}
+	od.Action = DiffDelete
+	return &od, nil
+}
+
+// diffPrune lists the inventory's objects that the plan drops, with what
+// a prune would do to each: the executor's Prune, as a dry run.
+func (e *Executor) diffPrune(ctx context.Context, d *PlanDiff, plan *Plan, owner Owner, opts DiffOptions) error {
+	for _, stage := range Stale(opts.Inventory, plan) {
+		res, err := e.Prune(ctx, stage.Entries, owner, PruneOptions{Destructive: opts.Destructive, DryRun: true})
+		if err != nil && isNetworkError(err) {
+			return fmt.Errorf("look up what the revision drops: %w", err)
+		}
+		versions := map[string]string{}
+		for _, entry := range stage.Entries {
+			versions[entry.ID] = entry.Version
+		}
+		add := func(ids []string, action DiffAction, note string) {
+			for _, id := range ids {
+				d.Prune = append(d.Prune, pruneDiff(id, versions[id], stage.Name, action, note))
+			}
+		}
+		add(res.Deleting, DiffDelete, "")
+		add(res.Held, DiffHeld, "a destructive kind: kept until the deployment sets spec.prune.destructive")
+		add(res.Kept, DiffKept, PruneKey+": disabled: stays in the cluster, leaves the inventory")
+		for _, err := range unjoin(err) {
+			if err != nil {
+				d.Prune = append(d.Prune, ObjectDiff{Ref: "(prune)", Stage: stage.Name, Action: DiffFailed, Error: err.Error()})
+			}
+		}
+	}
+	return nil
+}
+
+func pruneDiff(id, version, stage string, action DiffAction, note string) ObjectDiff {
+	od := ObjectDiff{Ref: EntryRef(id), Stage: stage, Action: action, Note: note}
+	if m, err := object.ParseObjMetadata(id); err == nil {
+		od.APIVersion = schema.GroupVersion{Group: m.GroupKind.Group, Version: version}.String()
+		od.Kind, od.Namespace, od.Name = m.GroupKind.Kind, m.Namespace, m.Name
+	}
+	return od
+}
+
+// judgeStage says whether a stage would run again, and why.
+// machines counts the LCM machines the stage would hand new items.
+func judgeStage(sd *StageDiff, machines int, newRevision bool) {
+	var create, change, remove, problems int
+	for _, o := range sd.Objects {
+		switch {
+		case o.Action == DiffCreate:
+			create++
+		case o.Action == DiffChange:
+			change++
+		case o.Action == DiffDelete:
+			remove++
+		case o.Problem():
+			problems++
+		}
+	}
+	var why []string
+	for _, part := range []struct {
+		n    int
+		verb string
+	}{{create, "create"}, {change, "change"}, {remove, "delete"}} {
+		if part.n > 0 {
+			why = append(why, fmt.Sprintf("%s %d", part.verb, part.n))
+		}
+	}
+	switch {
+	case machines == 1:
+		why = append(why, "hand new items to 1 machine")
+	case machines > 1:
+		why = append(why, fmt.Sprintf("hand new items to %d machines", machines))
+	}
+	switch {
+	case problems == 1:
+		why = append(why, "1 object fails")
+	case problems > 1:
+		why = append(why, fmt.Sprintf("%d objects fail", problems))
+	}
+	sd.Works = len(why) > 0
+	sd.Runs = sd.Works || newRevision
+	switch {
+	case sd.Works:
+		sd.Why = strings.Join(why, ", ")
+	case newRevision:
+		sd.Why = "re-checked at the new revision; nothing to do"
+	}
+}
+
+// addSecret remembers the values of a Secret the diff saw.
+func (d *PlanDiff) addSecret(objs ...*unstructured.Unstructured) {
+	for _, obj := range objs {
+		if obj == nil || !isSecret(obj) {
+			continue
+		}
+		values := map[string][]byte{}
+		if data, ok := obj.Object["data"].(map[string]any); ok {
+			for k, v := range data {
+				s, _ := v.(string)
+				if raw, err := base64.StdEncoding.DecodeString(s); err == nil {
+					values[k] = raw
+				}
+				// The encoded form too: it is what a careless print shows.
+				values[k+".base64"] = []byte(s)
+			}
+		}
+		if data, ok := obj.Object["stringData"].(map[string]any); ok {
+			for k, v := range data {
+				s, _ := v.(string)
+				values[k] = []byte(s)
+			}
+		}
+		if len(values) > 0 {
+			d.secrets = append(d.secrets, values)
+		}
+	}
+}
+
+func isSecret(obj *unstructured.Unstructured) bool {
+	return obj.GetKind() == "Secret" && obj.GroupVersionKind().Group == ""
+}
+
+// minScrubbed is the shortest Secret value scrubbed from the diff's text:
+// shorter ones would garble words and reveal little.
+const minScrubbed = 6
+
+// scrub replaces any Secret value that reached a message or a field of
+// the diff (an error quoting an object, a ConfigMap holding a copy).
+func (d *PlanDiff) scrub() {
+	var values []string
+	for _, data := range d.secrets {
+		for _, v := range data {
+			if s := strings.TrimSpace(string(v)); len(s) >= minScrubbed {
+				values = append(values, s)
+			}
+		}
+	}
+	if len(values) == 0 {
+		return
+	}
+	slices.SortFunc(values, func(a, b string) int { return len(b) - len(a) })
+	clean := func(s *string) {
+		for _, v := range values {
+			if strings.Contains(*s, v) {
+				*s = strings.ReplaceAll(*s, v, redacted)
+			}
+		}
+	}
+	each := func(o *ObjectDiff) {
+		clean(&o.Error)
+		clean(&o.Note)
+		for i := range o.Fields {
+			clean(&o.Fields[i].Old)
+			clean(&o.Fields[i].New)
+		}
+	}
+	for i := range d.Stages {
+		for j := range d.Stages[i].Objects {
+			each(&d.Stages[i].Objects[j])
+		}
+	}
+	for i := range d.Prune {
+		each(&d.Prune[i])
+	}
+}
+
+// redacted stands for a Secret value in a diff.
+const redacted = "(redacted)"
+
+// definitions are the CRDs and Namespaces a plan applies: an object of a
+// kind one of its CRDs defines, or in a Namespace it creates, cannot be
+// dry-run before they exist.
+type definitions struct {
+	kinds      map[schema.GroupKind]bool
+	namespaces map[string]bool
+}
+
+func planDefinitions(plan *Plan) definitions {
+	defs := definitions{kinds: map[schema.GroupKind]bool{}, namespaces: map[string]bool{}}
+	for _, obj := range plan.AppliedObjects() {
+		switch {
+		case isCRD(obj):
+			group, _, _ := unstructured.NestedString(obj.Object, "spec", "group")
+			kind, _, _ := unstructured.NestedString(obj.Object, "spec", "names", "kind")
+			defs.kinds[schema.GroupKind{Group: group, Kind: kind}] = true
+		case obj.GroupVersionKind().Group == "" && obj.GetKind() == "Namespace":
+			defs.namespaces[obj.GetName()] = true
+		}
+	}
+	return defs
+}
+
+// explains returns why a dry run of obj failed with err because of a
+// definition the plan applies first, or "".
+func (d definitions) explains(obj *unstructured.Unstructured, err error) string {
+	gk := obj.GroupVersionKind().GroupKind()
+	if meta.IsNoMatchError(err) && d.kinds[gk] {
+		return "its CustomResourceDefinition is created by this plan first; the server cannot check it before"
+	}
+	if apierrors.IsNotFound(err) && obj.GetNamespace() != "" && d.namespaces[obj.GetNamespace()] {
+		return "its Namespace is created by this plan first; the server cannot check it before"
+	}
+	return ""
+}
