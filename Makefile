@@ -22,7 +22,7 @@ IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 IMAGE_SOURCE    ?= https://github.com/capstan-dev/capstan
 IMAGE_PUSH      := $(if $(or $(filter 1,$(PUSH)),$(filter command line environment,$(origin IMAGE_REPO) $(origin IMAGE))),--push)
 
-.PHONY: all build dev test unit e2e bench bench-sources testbin providers generate fmt vet tools clean image set-image e2e-kind
+.PHONY: all build dev test unit e2e bench bench-sources testbin providers gitea generate fmt vet tools clean image set-image e2e-kind
 
 all: build
 
@@ -53,16 +53,19 @@ tools: ## Install the Debian packages the tests use (git, gnupg and openssh-clie
 providers: ## Build the Cluster API, CAPM3, IPAM and BareMetal Operator managers the metal3 suite runs (e2e/providers; ~12 min the first time, cached in ~/.cache/capstan/providers)
 	e2e/providers/build.sh >/dev/null
 
+gitea: ## Build the Gitea server the forge tests run (internal/giteaserver; e2e/gitea, ~5 min the first time, cached in ~/.cache/capstan/gitea)
+	e2e/gitea/build.sh >/dev/null
+
 testbin: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubelet into the cache
 	e2e/testbin/build.sh >/dev/null
 
-test: tools testbin providers vet ## Everything CI runs: vet, unit, integration and e2e tests, fuzz corpora
+test: tools testbin providers gitea vet ## Everything CI runs: vet, unit, integration and e2e tests, fuzz corpora
 	$(GO) test -count=1 -timeout 40m ./...
 
 unit: ## Tests that need no control plane
 	$(GO) test -count=1 ./api/... ./render/... ./sources/... ./cmd/...
 
-e2e: tools testbin providers
+e2e: tools testbin providers gitea
 	$(GO) test -count=1 -timeout 30m -v ./e2e/ ./e2e/incluster/ ./e2e/metal3/
 
 e2e-kind: ## The in-cluster suite on a kind cluster (Docker that runs privileged containers, and the kind node image); its precondition check says what is missing
@@ -70,6 +73,7 @@ e2e-kind: ## The in-cluster suite on a kind cluster (Docker that runs privileged
 
 bench: tools testbin ## Benchmarks; figures go to docs/benchmarks.md
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./stages/ ./e2e/ ./e2e/incluster/
+	$(GO) test -run '^$$' -bench ThousandDeployments -benchtime 1x -timeout 60m ./e2e/scale/
 
 bench-sources: ## Source benchmarks: requests per unchanged poll, push-to-revision latency (docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench RevisionUnchanged ./sources/oci/ ./sources/git/

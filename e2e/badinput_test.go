@@ -46,7 +46,7 @@ metadata: {name: g, namespace: "${NS}", labels: {capstan.dev/stage: Infra}}
 `,
 			"clusters/two-stage/app.yaml": twoStageFiles("2")["clusters/two-stage/app.yaml"],
 		},
-		want: []string{"Gizmo/", "CustomResourceDefinition"},
+		want: []string{"preflight", "Gizmo ", "CustomResourceDefinition"},
 	},
 	{
 		name: "invalid field value",
@@ -54,7 +54,7 @@ metadata: {name: g, namespace: "${NS}", labels: {capstan.dev/stage: Infra}}
 			"clusters/two-stage/infra.yaml": strings.Replace(twoStageFiles("1")["clusters/two-stage/infra.yaml"], "size: 3", "size: three", 1),
 			"clusters/two-stage/app.yaml":   twoStageFiles("2")["clusters/two-stage/app.yaml"],
 		},
-		want: []string{"Widget/", "spec.size"},
+		want: []string{"preflight", "Widget ", "spec.size"},
 	},
 }
 

@@ -69,13 +69,13 @@ func TestOnlyTheLeaderActsAndAStandbyFinishesItsStage(t *testing.T) {
 	if got := stage(cd, "Infra").AppliedAt; !got.Equal(applied) {
 		t.Errorf("stage Infra applied again after the failover: appliedAt %s, then %s", applied, got)
 	}
-	if n := standbyCalls.total("PATCH", "/widgets/infra"); n != 0 {
+	if n := standbyCalls.total("PATCH /", "/widgets/infra"); n != 0 {
 		t.Errorf("the new leader patched the Widget of stage Infra %d times; it was applied already", n)
 	}
-	if n := standbyCalls.total("PATCH", "/configmaps/app-config"); n == 0 {
+	if n := standbyCalls.total("PATCH /", "/configmaps/app-config"); n == 0 {
 		t.Error("the new leader did not apply stage App")
 	}
-	if n := leaderCalls.total("PATCH", "/configmaps/app-config"); n != 0 {
+	if n := leaderCalls.total("PATCH /", "/configmaps/app-config"); n != 0 {
 		t.Errorf("the stopped leader applied stage App %d times", n)
 	}
 }

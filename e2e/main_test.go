@@ -67,6 +67,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer gitSrv.Close()
+	defer stopGitea() // if a test started it (pullrequest_test.go)
 	defer func() {
 		if built.dir != "" {
 			os.RemoveAll(built.dir)

@@ -224,7 +224,7 @@ func TestPivotFencesTheSourceAfterTheHandover(t *testing.T) {
 	if object(t, c, configMapGVK, ns, "settings") != nil {
 		t.Error("the fenced source re-created ConfigMap settings")
 	}
-	if n := counter.total("PATCH", "/configmaps/"); n != 0 {
+	if n := counter.total("PATCH /", "/configmaps/"); n != 0 {
 		t.Errorf("the restarted source daemon applied ConfigMaps %d times; want none", n)
 	}
 }

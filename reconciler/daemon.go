@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -50,6 +52,9 @@ type Options struct {
 	MetricsRegistry prometheus.Registerer
 	// HealthAddr serves /healthz and /readyz; "0" disables it.
 	HealthAddr string
+	// PprofAddr serves Go's profiles at /debug/pprof/; "" or "0"
+	// disables it (the default: profiles show what the process holds).
+	PprofAddr string
 	// Workers is how many deployments are reconciled at once.
 	Workers int
 	// ApplyConcurrency is how many objects one stage applies in parallel.
@@ -74,6 +79,10 @@ type Options struct {
 
 	// Report configures status commits to git (docs/report.md).
 	Report ReportOptions
+
+	// Logger, when set, receives the daemon's logs instead of
+	// controller-runtime's global logger (the e2e tests read them).
+	Logger logr.Logger
 
 	// Artifacts bound what artifacts and renders may take: the cache
 	// directory and its size, per-file, per-artifact, decompressed, render
@@ -107,6 +116,7 @@ type Daemon struct {
 	done       chan struct{}
 	identity   string
 	shard      *sharding
+	logger     logr.Logger
 }
 
 // Scheme returns a scheme with the built-in kinds and Capstan's API.
@@ -132,6 +142,8 @@ func New(opts Options) (*Daemon, error) {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress: opts.HealthAddr,
+		PprofBindAddress:       opts.PprofAddr,
+		Logger:                 opts.Logger,
 		Client: client.Options{Cache: &client.CacheOptions{
 			// Secrets are read one by one (source credentials once per
 			// source change, a kubeconfig once per attempt at a remote
@@ -232,7 +244,7 @@ func New(opts Options) (*Daemon, error) {
 		WatchesRawSource(source.Channel(drifts, &handler.EnqueueRequestForObject{})).
 		// A deployment that others depend on wakes them when its
 		// readiness changes.
-		Watches(&capstanv1.ClusterDeployment{}, handler.EnqueueRequestsFromMapFunc(r.dependents),
+		Watches(&capstanv1.ClusterDeployment{}, handler.EnqueueRequestsFromMapFunc((&dependentsIndex{reader: mgr.GetClient(), indexer: mgr.GetFieldIndexer()}).dependents),
 			builder.WithPredicates(readinessChanged)).
 		For(&capstanv1.ClusterDeployment{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
@@ -249,7 +261,10 @@ func New(opts Options) (*Daemon, error) {
 	if err := addReporter(opts, mgr, reg, r, shard); err != nil {
 		return nil, fmt.Errorf("new daemon: %w", err)
 	}
-	d := &Daemon{manager: mgr, reconciler: r, stop: make(chan struct{}), done: make(chan struct{}), identity: id, shard: shard}
+	if err := addPullRequests(opts, mgr, r, shard); err != nil {
+		return nil, fmt.Errorf("new daemon: %w", err)
+	}
+	d := &Daemon{manager: mgr, reconciler: r, stop: make(chan struct{}), done: make(chan struct{}), identity: id, shard: shard, logger: opts.Logger}
 	if opts.Root != nil {
 		root, err := newRootSource(*opts.Root, mgr.GetClient(), r.sources)
 		if err != nil {
@@ -260,14 +275,14 @@ func New(opts Options) (*Daemon, error) {
 		}
 		d.root = root
 		if w, ok := opts.Root.Source.(WatchedSource); ok {
-			trigger := &pushTrigger{client: mgr.GetClient(), root: root, enqueue: pushes, elected: mgr.Elected(), shard: shard}
+			trigger := &pushTrigger{client: mgr.GetClient(), root: root, enqueue: pushes, elected: mgr.Elected(), shard: shard, sources: r.sources}
 			if err := mgr.Add(&sourceWatcher{source: w, trigger: trigger, url: root.opts.URL, branch: root.opts.Branch}); err != nil {
 				return nil, fmt.Errorf("new daemon: add source watcher: %w", err)
 			}
 		}
 	}
 	if opts.Webhook != nil {
-		srv, err := newWebhookServer(*opts.Webhook, &pushTrigger{client: mgr.GetClient(), root: d.root, enqueue: pushes, elected: mgr.Elected(), shard: shard})
+		srv, err := newWebhookServer(*opts.Webhook, &pushTrigger{client: mgr.GetClient(), root: d.root, enqueue: pushes, elected: mgr.Elected(), shard: shard, sources: r.sources})
 		if err != nil {
 			return nil, fmt.Errorf("new daemon: %w", err)
 		}
@@ -341,6 +356,10 @@ func (d *Daemon) Reconciler() *Reconciler { return d.reconciler }
 func (d *Daemon) Run(ctx context.Context) error {
 	defer close(d.done)
 	defer d.reconciler.sources.close() // the artifacts on disk
+	if d.logger.GetSink() != nil {
+		// Runnables log through the context they are started with.
+		ctx = log.IntoContext(ctx, d.logger)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {

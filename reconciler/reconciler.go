@@ -96,6 +96,10 @@ type attempt struct {
 	revision string
 	artifact *sources.Artifact
 	objects  []*unstructured.Unstructured
+	// rendered is the render of this attempt: the file of each object
+	// and the variables left unset, for preflight; nil when the plan came
+	// from the cache.
+	rendered *render.Result
 	plan     *stages.Plan
 	// requeue is when to come back; zero means the poll interval.
 	requeue time.Duration
@@ -162,7 +166,7 @@ func (r *Reconciler) runSteps(ctx context.Context, a *attempt) (reconcile.Result
 	// Dependencies are checked before anything is fetched or rendered: a
 	// deployment waiting for another costs one remote check and the reads
 	// of its dependencies.
-	steps := []step{r.checkSource, r.checkDependencies, r.fetchArtifact, r.renderObjects, r.buildPlan, r.driftOnly, r.walkStages}
+	steps := []step{r.checkSource, r.checkDependencies, r.fetchArtifact, r.renderObjects, r.buildPlan, r.driftOnly, r.preflight, r.walkStages}
 	for _, s := range steps {
 		done, err := s(ctx, a)
 		if err != nil {
@@ -218,7 +222,7 @@ func (r *Reconciler) checkSource(ctx context.Context, a *attempt) (bool, error) 
 		r.refetch(a)
 	}
 	begin := time.Now()
-	rev, err := src.revision(ctx)
+	rev, err := src.revision(ctx, revisionMaxAge(a.cd))
 	r.metrics.ObserveSource(a.cd, metrics.SourceObservation{
 		Operation: metrics.SourceRevision, Duration: time.Since(begin), Revision: rev, Interval: interval(a.cd), Err: err,
 	})
@@ -296,10 +300,14 @@ func (r *Reconciler) renderObjects(ctx context.Context, a *attempt) (bool, error
 		}
 		opts.Substitute[stages.BootstrapKeyVar] = bootstrapKey
 	}
-	objs, err := r.render(ctx, a, opts) // bounded: sourcecache.go
+	rendered, err := r.render(ctx, a, opts) // bounded: sourcecache.go
 	if err != nil {
 		return false, stages.Stalled(fmt.Errorf("render %s at %s: %w", a.cd.Spec.Path, a.revision, err))
 	}
+	// Variables left unset are reported by preflight, with every other
+	// problem of the revision.
+	objs := rendered.Objects
+	a.rendered = rendered
 	if bootstrapKey != "" && !anyHolds(objs, bootstrapKey) {
 		return false, stages.Stalled(fmt.Errorf("render %s at %s: no object carries the bootstrap SSH key; "+
 			"this plan always adds it to the cluster: put ${%s} in the machines' authorized keys "+
@@ -434,6 +442,8 @@ func (r *Reconciler) backoff(attempts int) time.Duration {
 func reasonFor(err error) string {
 	var renderErr *render.Error
 	switch {
+	case stages.IsPreflightFailed(err):
+		return stages.PreflightReason
 	case errors.As(err, &renderErr):
 		return "RenderFailed"
 	case stages.IsStalled(err):

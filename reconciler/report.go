@@ -62,12 +62,8 @@ func addReporter(opts Options, mgr manager.Manager, reg prometheus.Registerer, r
 	if opts.Report.AuthorEmail != "" {
 		ro.AuthorEmail = opts.Report.AuthorEmail
 	}
-	if root := opts.Root; root != nil {
-		ro.Root = &report.Root{Branch: root.Branch, Auth: root.Auth, StatusBranch: opts.Report.StatusBranch}
-		if _, isGit := root.Source.(*git.Source); (root.Source == nil || isGit) && !strings.HasPrefix(root.URL, "dir://") {
-			ro.Root.URL = root.URL
-		}
-	} else if opts.Report.StatusBranch != "" {
+	ro.Root = reportRoot(opts)
+	if ro.Root == nil && opts.Report.StatusBranch != "" {
 		return fmt.Errorf("status commits: a status branch (%s) is set but the daemon has no root source", opts.Report.StatusBranch)
 	}
 	rep, err := report.New(ro, mgr.GetClient(), shard.recorder(mgr.GetEventRecorder("capstan")))
@@ -79,4 +75,18 @@ func addReporter(opts Options, mgr manager.Manager, reg prometheus.Registerer, r
 	}
 	r.report = rep
 	return nil
+}
+
+// reportRoot is the daemon's root source as reports see it; nil without
+// one. Its URL is empty when the root is not a git repository.
+func reportRoot(opts Options) *report.Root {
+	root := opts.Root
+	if root == nil {
+		return nil
+	}
+	out := &report.Root{Branch: root.Branch, Auth: root.Auth, StatusBranch: opts.Report.StatusBranch}
+	if _, isGit := root.Source.(*git.Source); (root.Source == nil || isGit) && !strings.HasPrefix(root.URL, "dir://") {
+		out.URL = root.URL
+	}
+	return out
 }

@@ -141,7 +141,9 @@ func (s *rootSource) kickNow() {
 func (s *rootSource) NeedLeaderElection() bool { return true }
 
 func (s *rootSource) sync(ctx context.Context) error {
-	rev, err := s.entry.revision(ctx)
+	// The root asks the remote at every tick and kick; deployments
+	// reading the root share its answer.
+	rev, err := s.entry.revision(ctx, 0)
 	if err != nil {
 		return fmt.Errorf("check root source: %w", err)
 	}

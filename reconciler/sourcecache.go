@@ -10,10 +10,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -130,16 +130,41 @@ type sourceEntry struct {
 	// onAuthError is called when the remote refuses the credentials, so
 	// that the next attempt reads the Secret again.
 	onAuthError func()
+
+	// The remote's last answer, when it was asked, and the epoch it was
+	// asked in: see revision. expire starts a new epoch.
+	lastRevision string
+	lastChecked  time.Time
+	lastEpoch    uint64
+	epoch        atomic.Uint64
 }
 
-// revision asks the remote for its revision.
-func (e *sourceEntry) revision(ctx context.Context) (string, error) {
+// revision returns the remote's revision: the answer the remote gave
+// less than maxAge ago to any deployment reading this source, or a new
+// one. A thousand deployments on one repository then ask it about once
+// per maxAge between them instead of a thousand times per interval. A
+// push (expire) makes the next call ask the remote whatever maxAge.
+func (e *sourceEntry) revision(ctx context.Context, maxAge time.Duration) (string, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	epoch, asked := e.epoch.Load(), time.Now()
+	if e.lastRevision != "" && e.lastEpoch == epoch && asked.Sub(e.lastChecked) < maxAge {
+		return e.lastRevision, nil
+	}
 	rev, err := e.source.Revision(ctx)
 	e.checkAuth(err)
-	return rev, err
+	if err != nil {
+		e.lastRevision = ""
+		return "", err
+	}
+	e.lastRevision, e.lastChecked, e.lastEpoch = rev, asked, epoch
+	return rev, nil
 }
+
+// expire makes the next revision call ask the remote: a push said the
+// branch moved. A call already asking may still keep the old answer for
+// itself, not for the calls after it.
+func (e *sourceEntry) expire() { e.epoch.Add(1) }
 
 func (e *sourceEntry) checkAuth(err error) {
 	if err != nil && errors.Is(err, sources.ErrAuth) && e.onAuthError != nil {
@@ -274,6 +299,25 @@ func (c *sourceCache) set(key string, src sources.Source) {
 	c.entries[key] = &sourceEntry{key: key, source: src, store: c.store}
 }
 
+// expireFor makes the next revision check of the source a deployment
+// reads ask the remote (sourceEntry.expire); a deployment that has not
+// named a source of its own reads the root.
+func (c *sourceCache) expireFor(user types.NamespacedName) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	key, ok := c.users[user]
+	if !ok {
+		key = rootSourceKey
+	}
+	e := c.entries[key]
+	c.mu.Unlock()
+	if e != nil {
+		e.expire()
+	}
+}
+
 func (c *sourceCache) lookup(key string) (*sourceEntry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -316,7 +360,7 @@ func (c *sourceCache) dropUnused(key string) {
 // no more than MaxConcurrentRenders at once (kustomize's memory grows
 // with what it reads), keeping the artifact on disk while it reads it.
 // opts' limits are replaced by the daemon's.
-func (r *Reconciler) render(ctx context.Context, a *attempt, opts render.Options) ([]*unstructured.Unstructured, error) {
+func (r *Reconciler) render(ctx context.Context, a *attempt, opts render.Options) (*render.Result, error) {
 	c := r.sources
 	opts.MaxFileBytes, opts.MaxBytes, opts.MaxObjects = c.opts.MaxFileBytes, c.opts.MaxRenderBytes, c.opts.MaxObjects
 	select {
@@ -338,7 +382,7 @@ func (r *Reconciler) render(ctx context.Context, a *attempt, opts render.Options
 		}
 	}
 	defer release()
-	return render.Build(ctx, a.artifact.FS, opts)
+	return render.BuildResult(ctx, a.artifact.FS, opts)
 }
 
 // sourceFor returns the source entry of a deployment: its own git or OCI

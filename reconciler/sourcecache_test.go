@@ -149,11 +149,11 @@ func TestRenderFetchesAnEvictedArtifactAgain(t *testing.T) {
 	c.store.Drop("git|repo") // as an eviction would
 	r := &Reconciler{sources: c}
 	a := &attempt{source: e, revision: "r1", artifact: art}
-	objs, err := r.render(context.Background(), a, render.DefaultOptions())
+	res, err := r.render(context.Background(), a, render.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(objs) != 1 || src.fetches.Load() != 2 {
-		t.Errorf("got %d objects after %d fetches, want 1 object after fetching again", len(objs), src.fetches.Load())
+	if objs := res.Objects; len(objs) != 1 || src.fetches.Load() != 2 {
+		t.Errorf("got %d objects after %d fetches, want 1 object after fetching again", len(res.Objects), src.fetches.Load())
 	}
 }

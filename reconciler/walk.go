@@ -21,12 +21,20 @@ import (
 // is applied before it.
 func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 	cd := a.cd
-	before := cd.DeepCopy()
+	// written is the status as last written. Some changes wait for the
+	// next write rather than cost one of their own: the reset of a new
+	// walk, a stage found Ready before the next one starts. save writes
+	// what waits.
+	written := cd.DeepCopy()
+	save := func() error {
+		if err := r.patchStatus(ctx, written, cd); err != nil {
+			return err
+		}
+		written = cd.DeepCopy()
+		return nil
+	}
 	r.resetStagesIfNew(cd, a)
 	setCondition(cd, capstanv1.ConditionStalled, false, "Progressing", "")
-	if err := r.patchStatus(ctx, before, cd); err != nil {
-		return false, err
-	}
 
 	for i := range a.plan.Stages {
 		stage := &a.plan.Stages[i]
@@ -37,12 +45,14 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 			continue
 		}
 		if stuck, err := r.hardTimeout(stage, st()); stuck {
+			if serr := save(); serr != nil {
+				return false, serr
+			}
 			return false, err
 		}
-		before := cd.DeepCopy()
 		applied := st().State == capstanv1.StageInProgress && st().AppliedAt != nil
 		r.startAttempt(cd, st(), stage)
-		if err := r.patchStatus(ctx, before, cd); err != nil {
+		if err := save(); err != nil {
 			return false, err
 		}
 		if !applied {
@@ -57,17 +67,18 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 		case err != nil:
 			res = stages.Result{Stage: stage.Name, State: capstanv1.StageFailed, Err: err, Message: err.Error()}
 		default:
-			res, err = r.runStage(ctx, cd, a, exec, i, applied)
+			res, err = r.runStage(ctx, a, exec, i, applied, save)
 			if err != nil {
 				return false, err
 			}
 		}
-		before = cd.DeepCopy()
 		r.recordResult(cd, st(), stage, res)
-		if err := r.patchStatus(ctx, before, cd); err != nil {
-			return false, err
-		}
 		moved := res.Moved
+		if res.State != capstanv1.StageReady || moved || i == len(a.plan.Stages)-1 {
+			if err := save(); err != nil {
+				return false, err
+			}
+		}
 		switch res.State {
 		case capstanv1.StageReady:
 			r.unreachable.reset(client.ObjectKeyFromObject(cd))
@@ -115,10 +126,13 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 	}
 
 	// Every stage is Ready: what the revision no longer applies goes now.
+	if err := save(); err != nil {
+		return false, err
+	}
 	if done, err := r.prune(ctx, a); err != nil || !done {
 		return !done, err
 	}
-	before = cd.DeepCopy()
+	before := cd.DeepCopy()
 	cd.Status.CurrentStage = ""
 	ready := fmt.Sprintf("all %d stages ready at %s", len(a.plan.Stages), a.revision)
 	if inv := cd.Status.Inventory; inv != nil && len(inv.PendingPrune) > 0 {
@@ -149,9 +163,10 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 // this revision already), then waits for a slice. What the attempt did so
 // far reaches status while it runs: the apply at once (with the inventory
 // and the apply metrics), then, when status says nothing yet of what the
-// stage waits for, the first look. The result is the attempt's last word,
-// for the caller to record.
-func (r *Reconciler) runStage(ctx context.Context, cd *capstanv1.ClusterDeployment, a *attempt, exec *stages.Executor, i int, applied bool) (stages.Result, error) {
+// stage waits for, the first look, each written by save. The result is the
+// attempt's last word, for the caller to record.
+func (r *Reconciler) runStage(ctx context.Context, a *attempt, exec *stages.Executor, i int, applied bool, save func() error) (stages.Result, error) {
+	cd := a.cd
 	stage := &a.plan.Stages[i]
 	st := func() *capstanv1.StageStatus { return &cd.Status.Stages[i] }
 	opts := stages.RunOptions{SkipApply: applied, Wait: r.waitSlice(stage, st())}
@@ -160,26 +175,41 @@ func (r *Reconciler) runStage(ctx context.Context, cd *capstanv1.ClusterDeployme
 		// briefly first and say it, then wait out the slice.
 		opts.FirstLook = min(opts.Wait, firstLook)
 	}
-	var progressErr error
-	opts.Progress = func(res stages.Result) error {
+	var (
+		progressErr error
+		reported    bool // the apply went through Progress
+	)
+	countApply := func(res stages.Result) {
 		if res.ChangeSet != nil {
 			r.metrics.CountApply(cd, res.ChangeSet)
 		}
-		before := cd.DeepCopy()
 		if res.Applied {
 			recordInventory(cd, exec, stage, a.plan)
 		}
+	}
+	opts.Progress = func(res stages.Result) error {
+		if res.Applied {
+			reported = true
+			countApply(res)
+		}
 		r.recordResult(cd, st(), stage, res)
-		progressErr = r.patchStatus(ctx, before, cd)
+		progressErr = save()
 		return progressErr
 	}
 	res := exec.Run(ctx, stage, stages.Owner{Name: cd.Name, Namespace: cd.Namespace}, opts)
-	if progressErr == nil && opts.Progress != nil && res.Applied {
+	if progressErr != nil {
+		return res, progressErr
+	}
+	if reported {
 		// Progress recorded the apply (its time, inventory, counts); the
 		// caller records where the wait left the stage.
 		res.Applied, res.ChangeSet = false, nil
+	} else {
+		// The attempt ended with the apply (failed, or Ready in its
+		// answers): the caller records it with the rest in one write.
+		countApply(res)
 	}
-	return res, progressErr
+	return res, nil
 }
 
 // firstLook is how long an attempt waits before it writes what the stage
@@ -207,9 +237,7 @@ func (r *Reconciler) waitSlice(stage *stages.Stage, st *capstanv1.StageStatus) t
 // every stage goes back to Pending. Otherwise the recorded stages are kept
 // (matched by name), so that progress survives restarts.
 func (r *Reconciler) resetStagesIfNew(cd *capstanv1.ClusterDeployment, a *attempt) {
-	// The spec changes a move makes (suspend here, re-creation and resume
-	// in the target) are not changes of what to deploy: the stages stay.
-	same := cd.Status.Revision == a.revision && (cd.Status.ObservedGeneration == cd.Generation || pivoting(cd) || arriving(cd))
+	same := sameWalk(cd, a.revision)
 	old := map[string]capstanv1.StageStatus{}
 	if same {
 		for _, st := range cd.Status.Stages {
@@ -232,6 +260,14 @@ func (r *Reconciler) resetStagesIfNew(cd *capstanv1.ClusterDeployment, a *attemp
 		setCondition(cd, capstanv1.ConditionReady, false, "Progressing", "new revision "+a.revision)
 		setCondition(cd, capstanv1.ConditionReconciling, true, "Progressing", "new revision "+a.revision)
 	}
+}
+
+// sameWalk reports whether cd's recorded stages belong to the walk of
+// revision: same revision, same spec. The spec changes a move makes
+// (suspend here, re-creation and resume in the target) are not changes of
+// what to deploy: the stages stay.
+func sameWalk(cd *capstanv1.ClusterDeployment, revision string) bool {
+	return cd.Status.Revision == revision && (cd.Status.ObservedGeneration == cd.Generation || pivoting(cd) || arriving(cd))
 }
 
 func (r *Reconciler) startAttempt(cd *capstanv1.ClusterDeployment, st *capstanv1.StageStatus, stage *stages.Stage) {

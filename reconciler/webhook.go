@@ -43,6 +43,10 @@ type pushTrigger struct {
 	// shard, when sharding, makes every replica take pushes: it forwards
 	// those for deployments another replica owns (shard.go).
 	shard *sharding
+	// sources are told that a pushed branch moved, so that the
+	// reconciles the push starts ask the remote rather than take a
+	// revision another deployment got a moment ago.
+	sources *sourceCache
 }
 
 var _ webhook.Trigger = (*pushTrigger)(nil)
@@ -68,10 +72,17 @@ func (p *pushTrigger) Trigger(ctx context.Context, repoURL, branch string) {
 			return
 		}
 	}
+	var pushed []followed
 	for _, f := range p.followed(ctx) {
 		if !webhook.SameRepository(repoURL, f.url) || (branch != "" && branch != f.branch) {
 			continue
 		}
+		pushed = append(pushed, f)
+		if f.deployment != nil {
+			p.sources.expireFor(client.ObjectKeyFromObject(f.deployment))
+		}
+	}
+	for _, f := range pushed {
 		if f.deployment == nil {
 			p.root.kickNow()
 			continue

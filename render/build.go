@@ -53,7 +53,59 @@ var kustomizeMu sync.Mutex
 //
 // kustomize cannot be interrupted, so ctx is checked between the steps; the
 // limits bound how long the kustomize step itself can take.
+//
+// A ${VAR} without a default whose VAR is not set is an error (an
+// *Error wrapping *UnsetVariableError); BuildResult returns the objects
+// despite it, for a preflight that reports it beside every other problem.
 func Build(ctx context.Context, fsys fs.FS, opts Options) ([]*unstructured.Unstructured, error) {
+	res, err := BuildResult(ctx, fsys, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := res.UnsetErr(); err != nil {
+		return nil, err
+	}
+	return res.Objects, nil
+}
+
+// Result is what BuildResult rendered.
+type Result struct {
+	// Objects are the rendered objects, in kustomize's order.
+	Objects []*unstructured.Unstructured
+	// Files holds the file each object came from, relative to the
+	// artifact root, or "" when kustomize did not say.
+	Files []string
+	// Unset are the ${VAR}s without a default whose VAR is not set, each
+	// naming file, object, field and variable. The strings that hold them
+	// are left as written; the rest of their object is substituted.
+	Unset []*Error
+	// unsetIn are the objects that hold the Unset variables.
+	unsetIn []*unstructured.Unstructured
+}
+
+// HasUnset reports whether obj holds one of the Unset variables.
+func (r *Result) HasUnset(obj *unstructured.Unstructured) bool {
+	for _, o := range r.unsetIn {
+		if o == obj {
+			return true
+		}
+	}
+	return false
+}
+
+// UnsetErr joins the Unset problems, or returns nil when there are none.
+func (r *Result) UnsetErr() error {
+	errs := make([]error, len(r.Unset))
+	for i, e := range r.Unset {
+		errs[i] = e
+	}
+	return errors.Join(errs...)
+}
+
+// BuildResult is Build that also returns where each object came from,
+// and that returns the objects when the only problems are unset
+// variables (Result.Unset): every other problem is an error, as in Build.
+func BuildResult(ctx context.Context, fsys fs.FS, opts Options) (*Result, error) {
 	opts, err := opts.normalize()
 	if err != nil {
 		return nil, fmt.Errorf("render: invalid options: %w", err)
@@ -107,12 +159,15 @@ func Build(ctx context.Context, fsys fs.FS, opts Options) ([]*unstructured.Unstr
 	if len(objs) > opts.MaxObjects {
 		return nil, &Error{File: a.display(kfile), Err: fmt.Errorf("build produced %d objects, more than --max-objects=%d: %w", len(objs), opts.MaxObjects, ErrLimit)}
 	}
+	res := &Result{Objects: objs, Files: files}
 	if opts.substitutes() {
-		if err := substituteAll(ctx, objs, files, opts); err != nil {
+		unset, in, err := substituteAll(ctx, objs, files, opts)
+		if err != nil {
 			return nil, err
 		}
+		res.Unset, res.unsetIn = unset, in
 	}
-	return objs, nil
+	return res, nil
 }
 
 // runKustomize builds the kustomization in dir of fsys, turning a panic

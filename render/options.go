@@ -33,9 +33,11 @@ type Options struct {
 	// scripts inside ConfigMaps is left alone; a non-nil (even empty) map
 	// turns it on, which also applies ${VAR:=default} defaults.
 	Substitute map[string]string
-	// StrictSubstitute makes a ${VAR} without default whose VAR is not in
-	// Substitute an error instead of an empty string. It turns substitution
-	// on even when Substitute is nil.
+	// Substitution is strict: a ${VAR} without a default whose VAR is
+	// not in Substitute is an error naming the variable, file, object and
+	// field (${VAR:=default} and ${VAR:-} give intended defaults).
+	// StrictSubstitute turns substitution on even when Substitute is nil,
+	// as if it were empty.
 	StrictSubstitute bool
 	// MaxFiles is how many regular files the artifact may hold; only
 	// their names and sizes are read for this. Zero means DefaultMaxFiles.

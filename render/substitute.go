@@ -44,25 +44,40 @@ var decimalInt = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
 
 // substituteAll substitutes variables in every object that does not opt
 // out, then checks that the objects still have an identity and are still
-// distinct. files holds the file each object came from, or "".
-func substituteAll(ctx context.Context, objs []*unstructured.Unstructured, files []string, opts Options) error {
+// distinct. files holds the file each object came from, or "". Unset
+// variables are returned as unset, their objects substituted for the
+// rest; any other problem makes err, which then holds every problem,
+// unset variables too, in object order.
+func substituteAll(ctx context.Context, objs []*unstructured.Unstructured, files []string, opts Options) (unset []*Error, in []*unstructured.Unstructured, err error) {
 	var errs []error
+	other := false
 	seen := map[string]string{}
 	for i, obj := range objs {
 		if err := ctx.Err(); err != nil {
-			return err
+			return nil, nil, err
 		}
 		name := objectNameOf(obj)
 		if obj.GetAnnotations()[SubstituteAnnotation] != SubstituteDisabled {
-			s := &substituter{vars: opts.Substitute, strict: opts.StrictSubstitute}
+			s := &substituter{vars: opts.Substitute}
 			out := s.value(obj.Object)
 			// Name the object as far as it could be substituted: the
 			// user knows it by the name it gets in the cluster.
 			name := readIdentity(out.(map[string]interface{})).String()
+			failed := false
 			for _, fe := range s.errs {
-				errs = append(errs, &Error{File: files[i], Object: name, Field: fe.field, Err: fe.err})
+				e := &Error{File: files[i], Object: name, Field: fe.field, Err: fe.err}
+				errs = append(errs, e)
+				var u *UnsetVariableError
+				if errors.As(fe.err, &u) {
+					unset = append(unset, e)
+					if len(in) == 0 || in[len(in)-1] != obj {
+						in = append(in, obj)
+					}
+					continue
+				}
+				failed, other = true, true
 			}
-			if len(s.errs) > 0 {
+			if failed {
 				continue
 			}
 			obj.Object = out.(map[string]interface{})
@@ -70,15 +85,32 @@ func substituteAll(ctx context.Context, objs []*unstructured.Unstructured, files
 		id := readIdentity(obj.Object)
 		for _, f := range [][2]string{{"apiVersion", id.APIVersion}, {"kind", id.Kind}, {"metadata.name", id.Name}} {
 			if f[1] == "" {
+				other = true
 				errs = append(errs, &Error{File: files[i], Object: name, Field: f[0], Err: errors.New("empty after substitution")})
 			}
 		}
 		if prev, dup := seen[id.key()]; dup {
+			other = true
 			errs = append(errs, &Error{File: files[i], Object: id.String(), Err: fmt.Errorf("after substitution the same object as %s", prev)})
 		}
 		seen[id.key()] = name
 	}
-	return errors.Join(errs...)
+	if other {
+		return nil, nil, errors.Join(errs...)
+	}
+	return unset, in, nil
+}
+
+// UnsetVariableError is a ${VAR} without a default whose VAR is not set.
+type UnsetVariableError struct {
+	// Name is the variable, VAR.
+	Name string
+}
+
+// Error says which variable and how to give it a value.
+func (e *UnsetVariableError) Error() string {
+	return fmt.Sprintf("${%s} is not set and has no default: set %s in spec.substitute (or --substitute), or write ${%s:=default}, or ${%s:-} for an empty value",
+		e.Name, e.Name, e.Name, e.Name)
 }
 
 // fieldError is a substitution error in one field of an object.
@@ -89,9 +121,10 @@ type fieldError struct {
 
 // substituter expands variables in one object and collects its errors.
 type substituter struct {
-	vars   map[string]string
-	strict bool
-	errs   []fieldError
+	vars map[string]string
+	errs []fieldError
+	// missing is the last variable the current eval found unset.
+	missing string
 	// path is the field being expanded; it only becomes a string when
 	// there is an error, so deep objects do not cost quadratic time.
 	path fieldPath
@@ -170,22 +203,29 @@ func (s *substituter) scalar(v string) interface{} {
 }
 
 // eval runs envsubst, which is third-party string surgery on user input,
-// so a panic becomes an error.
+// so a panic becomes an error. Substitution is strict: a ${VAR} without a
+// default whose VAR is not set fails, as an *UnsetVariableError; the
+// default operators (${VAR:=x}, ${VAR:-}, ...) take the unset case.
 func (s *substituter) eval(in string) (out string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			out, err = "", fmt.Errorf("substitution panicked: %v", r)
 		}
 	}()
-	return envsubst.Eval(in, s.lookup)
+	s.missing = ""
+	out, err = envsubst.Eval(in, s.lookup)
+	if err != nil && s.missing != "" {
+		return "", &UnsetVariableError{Name: s.missing}
+	}
+	return out, err
 }
 
-// lookup gives envsubst a variable's value. Outside strict mode an unset
-// variable is set and empty, so ${VAR} becomes "" and defaults apply.
+// lookup gives envsubst a variable's value, and remembers an unset one:
+// envsubst fails on it unless a default operator takes it.
 func (s *substituter) lookup(name string) (string, bool) {
 	v, ok := s.vars[name]
-	if !ok && !s.strict {
-		return "", true
+	if !ok {
+		s.missing = name
 	}
 	return v, ok
 }

@@ -83,13 +83,41 @@ func TestSubstitute(t *testing.T) {
 	_ = cluster.DeepCopy()
 }
 
-func TestSubstituteUnsetVariable(t *testing.T) {
-	objs, err := buildSubst(t, map[string]string{"CLUSTER_NAME": "edge-1"}, false)
+func TestSubstituteUnsetVariableIsAnError(t *testing.T) {
+	// Substitution on (a non-nil map) is always strict: a forgotten
+	// variable must not become "" silently.
+	_, err := buildSubst(t, map[string]string{"CLUSTER_NAME": "edge-1"}, false)
+	var unset *UnsetVariableError
+	if !errors.As(err, &unset) {
+		t.Fatalf("err = %v, want an *UnsetVariableError", err)
+	}
+}
+
+func TestBuildResultKeepsObjectsWithUnsetVariables(t *testing.T) {
+	opts := DefaultOptions()
+	opts.Path = "clusters/subst"
+	opts.Substitute = map[string]string{"CLUSTER_NAME": "edge-1"}
+	res, err := BuildResult(context.Background(), repo, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := field(t, byKind(t, objs, "Cluster"), "spec", "workers"); got != "" {
-		t.Errorf("unset variable outside strict mode = %#v, want \"\"", got)
+	if len(res.Objects) != 2 || len(res.Unset) != 2 {
+		t.Fatalf("got %d objects and %d unset variables, want 2 and 2", len(res.Objects), len(res.Unset))
+	}
+	cluster := byKind(t, res.Objects, "Cluster")
+	if got := field(t, cluster, "metadata", "name"); got != "edge-1" {
+		t.Errorf("the rest of the object is not substituted: metadata.name = %v", got)
+	}
+	if got := field(t, cluster, "spec", "workers"); got != "${WORKERS}" {
+		t.Errorf("spec.workers = %#v, want it left as written", got)
+	}
+	if !res.HasUnset(cluster) {
+		t.Error("HasUnset(cluster) = false")
+	}
+	for i, obj := range res.Objects {
+		if obj == cluster && res.Files[i] != "clusters/subst/cluster.yaml" {
+			t.Errorf("Files[%d] = %q", i, res.Files[i])
+		}
 	}
 }
 
@@ -97,8 +125,8 @@ func TestSubstituteStrictNamesFileObjectFieldAndVariable(t *testing.T) {
 	_, err := buildSubst(t, map[string]string{"CLUSTER_NAME": "edge-1"}, true)
 	got := renderErrors(err)
 	want := []string{
-		`clusters/subst/cluster.yaml: Cluster/default/edge-1: spec.description: variable not set (strict mode): "DESCRIPTION"`,
-		`clusters/subst/cluster.yaml: Cluster/default/edge-1: spec.workers: variable not set (strict mode): "WORKERS"`,
+		`clusters/subst/cluster.yaml: Cluster/default/edge-1: spec.description: ${DESCRIPTION} is not set and has no default: set DESCRIPTION in spec.substitute (or --substitute), or write ${DESCRIPTION:=default}, or ${DESCRIPTION:-} for an empty value`,
+		`clusters/subst/cluster.yaml: Cluster/default/edge-1: spec.workers: ${WORKERS} is not set and has no default: set WORKERS in spec.substitute (or --substitute), or write ${WORKERS:=default}, or ${WORKERS:-} for an empty value`,
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %v, want %d errors", err, len(want))

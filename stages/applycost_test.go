@@ -185,8 +185,9 @@ func TestApplyRefusesAnotherDeploymentsObjectFromTheList(t *testing.T) {
 }
 
 // TestRunReadyFromTheApplyAnswers: a stage whose objects are ready as the
-// apply returns them (ConfigMaps) is Ready without a LIST or a watch, and
-// reports its apply through Progress first.
+// apply returns them (ConfigMaps) is Ready without a LIST or a watch; the
+// attempt ends with the apply, so its result carries the apply and
+// Progress hears nothing.
 func TestRunReadyFromTheApplyAnswers(t *testing.T) {
 	ns := newNamespace(t)
 	ctx := testContext(t)
@@ -210,8 +211,8 @@ func TestRunReadyFromTheApplyAnswers(t *testing.T) {
 		if res.State != capstanv1.StageReady || !res.Applied {
 			t.Fatalf("%s: Run = %s (applied %v): %s", round, res.State, res.Applied, res.Message)
 		}
-		if len(reported) != 1 || !reported[0].Applied || reported[0].ChangeSet == nil {
-			t.Errorf("%s: progress reports = %+v, want the apply alone", round, reported)
+		if len(reported) != 0 || res.ChangeSet == nil || len(res.ChangeSet.Entries) != len(stage.Objects) {
+			t.Errorf("%s: progress reports = %+v, change set %v; want no report (the attempt ends with the apply) and the apply's change set in the result", round, reported, res.ChangeSet)
 		}
 		for _, r := range log.since(mark) {
 			if r.watch {
@@ -263,5 +264,36 @@ func TestRunReportsTheFirstLook(t *testing.T) {
 	})
 	if calls != 1 || res.State != capstanv1.StageInProgress {
 		t.Errorf("after a Progress error: %d calls, result %s; want the attempt to end at the first report", calls, res.State)
+	}
+}
+
+// TestApplyAmongManyObjectsDoesNotListThemAll: a stage's objects in a
+// namespace that holds many more of their kind (a fleet of deployments in
+// one namespace) are read with one short LIST page and a GET each for the
+// rest, not by listing the namespace.
+func TestApplyAmongManyObjectsDoesNotListThemAll(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := testContext(t)
+	c, log := newClient(t)
+	e := stages.NewExecutor(c)
+	others := make([]*unstructured.Unstructured, 200)
+	for i := range others {
+		others[i] = configMap(ns, fmt.Sprintf("other-%03d", i), map[string]any{"v": "x"})
+	}
+	if _, err := e.Apply(ctx, others, "Others", stages.Owner{Name: "others", Namespace: ns}); err != nil {
+		t.Fatal(err)
+	}
+	mine := configMaps(ns, 10, "a")
+	mark := log.mark()
+	cs, err := e.Apply(ctx, mine, "Config", owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(cs.ToGroupedMap()[ssa.CreatedAction]); got != len(mine) {
+		t.Errorf("created %d, want %d", got, len(mine))
+	}
+	got := countRequests(log.since(mark))
+	if got.lists != 1 || got.gets > len(mine) || got.applies != len(mine) {
+		t.Errorf("requests %+v, want one LIST page, at most a GET per object and an apply each", got)
 	}
 }

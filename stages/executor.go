@@ -155,10 +155,12 @@ type RunOptions struct {
 	// for (through Progress) once it has waited this long, then go on
 	// waiting: status says what is awaited while the attempt still waits.
 	FirstLook time.Duration
-	// Progress, when set, is told what the attempt did before it ends:
-	// the apply (a result with Applied or a failure), and the first look.
-	// The final result is Run's return value, not reported here. An error
-	// from Progress ends the attempt: Run returns at once.
+	// Progress, when set, is told what the attempt did while it goes on:
+	// the apply (a result with Applied), when the attempt waits after it,
+	// and the first look. What ends the attempt (a failed apply, a stage
+	// Ready in the apply's answers, the end of the wait) is Run's return
+	// value, not reported here. An error from Progress ends the attempt:
+	// Run returns at once.
 	Progress func(Result) error
 }
 
@@ -177,13 +179,16 @@ func (e *Executor) Run(ctx context.Context, stage *Stage, owner Owner, opts RunO
 	var applied Result
 	if !opts.SkipApply {
 		applied = e.ApplyStage(ctx, stage, owner)
-		if !report(applied) || applied.State == capstanv1.StageFailed || IsUnreachable(applied.Err) {
+		if applied.State == capstanv1.StageFailed || IsUnreachable(applied.Err) {
 			return applied
 		}
 		if applied.Applied {
 			if res, ok := e.readyAsApplied(stage, applied); ok {
 				return res
 			}
+		}
+		if !report(applied) {
+			return applied
 		}
 	}
 	waitCtx := ctx
@@ -588,7 +593,7 @@ func changeSetEntry(obj *unstructured.Unstructured) ssa.ChangeSetEntry {
 }
 
 // lookListMin is how many objects of one kind in one namespace a wave
-// needs before their live state is read with one LIST rather than a GET
+// needs before their live state is read with a LIST rather than a GET
 // each.
 const lookListMin = 8
 
@@ -596,6 +601,12 @@ const lookListMin = 8
 // at once: objects of the kind that the wave does not declare are dropped
 // page by page.
 const lookPageSize = 500
+
+// lookListShare bounds what a LIST may read for a group: when the kind's
+// objects in the namespace outnumber the group's this many times (a fleet
+// of deployments in one namespace), the rest of the group is read with a
+// GET each instead.
+const lookListShare = 4
 
 // look returns the live object of each of objects, nil where there is none.
 func (e *Executor) look(ctx context.Context, objects []*unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
@@ -609,56 +620,46 @@ func (e *Executor) look(ctx context.Context, objects []*unstructured.Unstructure
 		}
 		groups[k] = append(groups[k], i)
 	}
+	// Small groups are read a GET each, together; the others a LIST each.
 	var (
 		mu   sync.Mutex
 		errs []error
+		g    errgroup.Group
 	)
-	fail := func(err error) {
-		mu.Lock()
-		errs = append(errs, err)
-		mu.Unlock()
-	}
-	var g errgroup.Group
-	g.SetLimit(e.concurrency)
+	each := map[string]int{}
 	for _, k := range keys {
 		idx := groups[k]
-		if len(idx) >= lookListMin {
-			g.Go(func() error {
-				if err := e.lookList(ctx, k, idx, objects, live); err != nil {
-					fail(err)
-				}
-				return nil
-			})
+		if len(idx) < lookListMin {
+			for _, i := range idx {
+				each[ObjectRef(objects[i])] = i
+			}
 			continue
 		}
-		for _, i := range idx {
-			g.Go(func() error {
-				obj := &unstructured.Unstructured{}
-				obj.SetGroupVersionKind(objects[i].GroupVersionKind())
-				err := e.client.Get(ctx, client.ObjectKeyFromObject(objects[i]), obj)
-				switch {
-				case apierrors.IsNotFound(err):
-				case err != nil:
-					fail(classifyApplyError(objects[i], err))
-				default:
-					live[i] = obj
-				}
-				return nil
-			})
-		}
+		g.Go(func() error {
+			if err := e.lookList(ctx, k, idx, objects, live); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+			return nil
+		})
 	}
+	err := e.lookRest(ctx, each, objects, live)
 	_ = g.Wait()
-	return live, errors.Join(errs...)
+	return live, errors.Join(append(errs, err)...)
 }
 
 // lookList reads the live objects of one group (the objects at idx) with a
-// paged LIST of their kind in their namespace.
+// paged LIST of their kind in their namespace. The first page holds a few
+// times the group; when the kind has many more objects there than that,
+// the objects not seen on it are read with a GET each (lookRest), so that
+// a stage among thousands of other objects does not read them all.
 func (e *Executor) lookList(ctx context.Context, k groupKey, idx []int, objects, live []*unstructured.Unstructured) error {
 	want := make(map[string]int, len(idx))
 	for _, i := range idx {
 		want[objects[i].GetName()] = i
 	}
-	opts := []client.ListOption{client.Limit(lookPageSize)}
+	opts := []client.ListOption{client.Limit(int64(min(lookListShare*len(idx), lookPageSize)))}
 	if k.namespace != "" {
 		opts = append(opts, client.InNamespace(k.namespace))
 	}
@@ -671,12 +672,47 @@ func (e *Executor) lookList(ctx context.Context, k groupKey, idx []int, objects,
 		for j := range list.Items {
 			if i, ok := want[list.Items[j].GetName()]; ok {
 				live[i] = &list.Items[j]
+				delete(want, list.Items[j].GetName())
 			}
 		}
-		if cont = list.GetContinue(); cont == "" {
+		if cont = list.GetContinue(); cont == "" || len(want) == 0 {
 			return nil
 		}
+		if remaining := list.GetRemainingItemCount(); remaining == nil || *remaining > int64(lookListShare*len(idx)) {
+			return e.lookRest(ctx, want, objects, live)
+		}
+		opts[0] = client.Limit(lookPageSize)
 	}
+}
+
+// lookRest reads the objects at the indices of want (its values) with a
+// GET each.
+func (e *Executor) lookRest(ctx context.Context, want map[string]int, objects, live []*unstructured.Unstructured) error {
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
+	var g errgroup.Group
+	g.SetLimit(e.concurrency)
+	for _, i := range want {
+		g.Go(func() error {
+			obj := &unstructured.Unstructured{}
+			obj.SetGroupVersionKind(objects[i].GroupVersionKind())
+			err := e.client.Get(ctx, client.ObjectKeyFromObject(objects[i]), obj)
+			switch {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				mu.Lock()
+				errs = append(errs, classifyApplyError(objects[i], err))
+				mu.Unlock()
+			default:
+				live[i] = obj
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return errors.Join(errs...)
 }
 
 // diffLive decides for an object that exists (live) whether owner may

@@ -61,6 +61,11 @@ type servedKind struct {
 // came from when render kept kustomize's origin annotation; problems
 // then name it.
 func CheckServed(objects []*unstructured.Unstructured, served ServedAPIs) []preflight.Problem {
+	return checkServed(objects, served, originFile)
+}
+
+// checkServed is CheckServed with the file of each object from fileOf.
+func checkServed(objects []*unstructured.Unstructured, served ServedAPIs, fileOf func(*unstructured.Unstructured) string) []preflight.Problem {
 	kinds := make(map[schema.GroupKind]servedKind, len(served.Kinds))
 	for gk, versions := range served.Kinds {
 		kinds[gk] = servedKind{versions: versions}
@@ -70,7 +75,7 @@ func CheckServed(objects []*unstructured.Unstructured, served ServedAPIs) []pref
 		if obj == nil || obj.Object == nil {
 			continue
 		}
-		if p, found := judgeServed(obj, kinds[obj.GroupVersionKind().GroupKind()]); found {
+		if p, found := judgeServed(obj, kinds[obj.GroupVersionKind().GroupKind()], fileOf(obj)); found {
 			problems = append(problems, p)
 		}
 		if gk, versions, ok := crdServes(obj); ok {
@@ -82,7 +87,7 @@ func CheckServed(objects []*unstructured.Unstructured, served ServedAPIs) []pref
 
 // judgeServed returns the problem with one object's apiVersion and kind,
 // if it has one.
-func judgeServed(obj *unstructured.Unstructured, kind servedKind) (preflight.Problem, bool) {
+func judgeServed(obj *unstructured.Unstructured, kind servedKind, file string) (preflight.Problem, bool) {
 	gvk := obj.GroupVersionKind()
 	p := preflight.Problem{Object: problemRef(obj), Field: "apiVersion"}
 	i := slices.IndexFunc(kind.versions, func(v ServedVersion) bool { return v.Version == gvk.Version })
@@ -117,9 +122,7 @@ func judgeServed(obj *unstructured.Unstructured, kind servedKind) (preflight.Pro
 	default:
 		return p, false
 	}
-	if file := originFile(obj); file != "" {
-		p.Message += " (in " + file + ")"
-	}
+	p.Message += inFile(file)
 	return p, true
 }
 
@@ -218,6 +221,14 @@ func originFile(obj *unstructured.Unstructured) string {
 		return origin.Path
 	}
 	return origin.ConfiguredIn
+}
+
+// inFile is the suffix that names the file a problem is in, or "".
+func inFile(file string) string {
+	if file == "" {
+		return ""
+	}
+	return " (in " + file + ")"
 }
 
 // problemRef names an object the way preflight problems do: `Kind

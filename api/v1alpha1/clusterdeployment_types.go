@@ -467,6 +467,15 @@ type StageSpec struct {
 	// +optional
 	Select Selector `json:"select,omitempty"`
 
+	// AllowEmpty lets the stage select no object, e.g. a profile's
+	// workers stage for a cluster without workers. Without it, an apply,
+	// wait, rollout, scale or delete stage that selects nothing is a
+	// preflight error: most often a typo in select, or an object without
+	// its capstan.dev/stage label. Validate and pivot stages act on the
+	// whole plan and may always select nothing.
+	// +optional
+	AllowEmpty bool `json:"allowEmpty,omitempty"`
+
 	// ReadyWhen lists checks that must all hold for the stage to be Ready.
 	// Objects no check applies to are ready when kstatus says Current.
 	// +optional
@@ -686,6 +695,11 @@ type ClusterDeploymentStatus struct {
 	// that objects its source drops are pruned and drift is watched.
 	// +optional
 	Inventory *Inventory `json:"inventory,omitempty"`
+	// Preflight is what the preflight checks found in the revision they
+	// last checked, every problem, when they found any (docs/validation.md).
+	// The Ready and Stalled conditions show the first of them.
+	// +optional
+	Preflight *PreflightStatus `json:"preflight,omitempty"`
 	// LastHandledReconcileAt is the value of the annotation
 	// capstan.dev/reconcile-requested-at that the last finished reconcile
 	// answered (`capstan reconcile` waits for it).
@@ -852,4 +866,34 @@ type ClusterDeploymentList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ClusterDeployment `json:"items"`
+}
+
+// PreflightStatus is what the preflight checks found in one revision.
+type PreflightStatus struct {
+	// Revision is the revision checked.
+	Revision string `json:"revision"`
+	// Errors and Warnings count the problems; an error stops the
+	// revision before anything is applied, a warning does not.
+	Errors   int32 `json:"errors"`
+	Warnings int32 `json:"warnings"`
+	// Problems lists the problems in plan order, at most 200.
+	// +optional
+	// +kubebuilder:validation:MaxItems=200
+	Problems []PreflightProblem `json:"problems,omitempty"`
+}
+
+// PreflightProblem is one thing preflight found wrong with a revision.
+type PreflightProblem struct {
+	// Severity is Error or Warning.
+	// +kubebuilder:validation:Enum=Error;Warning
+	Severity string `json:"severity"`
+	// Object names the object as `Kind namespace/name`, or the stage as
+	// `stage Name`.
+	Object string `json:"object"`
+	// Field is the path of the offending field, e.g. apiVersion or
+	// metadata.namespace.
+	// +optional
+	Field string `json:"field,omitempty"`
+	// Message says what is wrong, how to fix it, and the file, when known.
+	Message string `json:"message"`
 }

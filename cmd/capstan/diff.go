@@ -16,7 +16,6 @@ import (
 	"golang.org/x/term"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -24,7 +23,6 @@ import (
 	"github.com/capstan-dev/capstan/reconciler"
 	"github.com/capstan-dev/capstan/render"
 	"github.com/capstan-dev/capstan/stages"
-	"github.com/capstan-dev/capstan/stages/pivot"
 )
 
 // Exit codes of `capstan diff`, as kubectl diff has them.
@@ -56,6 +54,8 @@ type diffFlags struct {
 	deployment string
 	output     string
 	width      int
+	pr         int64
+	tokenEnv   string
 }
 
 func (f *diffFlags) BindFlags(fs *pflag.FlagSet) {
@@ -63,6 +63,8 @@ func (f *diffFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&f.render.deployment, "cluster-deployment", "f", "", "ClusterDeployment file whose path, substitutions and stages to use; its live namesake gives the inventory")
 	fs.StringArrayVar(&f.render.substitute, "substitute", nil, "VAR=value for ${VAR} substitution (repeatable)")
 	fs.StringVar(&f.deployment, "deployment", "", "NAMESPACE/NAME of the live ClusterDeployment whose spec (path, profile, substitutions) and inventory to use")
+	fs.Int64Var(&f.pr, "pr", 0, "plan the head of this open pull request (GitLab: merge request) of --deployment's repository instead of PATH")
+	fs.StringVar(&f.tokenEnv, "token-env", "", "with --pr: the environment variable holding the forge token (default: the deployment's spec.report.pullRequests.secretRef)")
 	fs.StringVarP(&f.output, "output", "o", "text", "output format: text, yaml or json")
 	fs.IntVar(&f.width, "width", 0, "wrap lines at this many columns (default: the terminal's width; no wrapping when not a terminal)")
 	_ = fs.MarkHidden("width")
@@ -86,6 +88,10 @@ objects the deployment applied before and PATH drops are listed as pruned;
 version and replica changes of MachineDeployments, KubeadmControlPlanes and
 LCMClusters list the rollout that follows.
 
+With --pr N, the tree is the head of open pull request N of the repository
+--deployment reads (fetched from refs/pull/N/head with the deployment's git
+credentials): the plan Capstan comments on the pull request.
+
 The deployment's identity, profile and inventory come from --deployment
 (the live ClusterDeployment) or -f (a ClusterDeployment file, whose live
 namesake gives the inventory when it exists).
@@ -94,7 +100,8 @@ Exit status: 0 when nothing would change, 1 when something would (or an
 object would fail), 2 when the diff itself failed.`,
 		Example: `  capstan diff --root examples -f examples/clusters/demo/clusterdeployment.yaml
   capstan diff --root . clusters/edge-01 --deployment capstan-system/edge-01
-  capstan diff --root . -f clusters/edge-01/clusterdeployment.yaml -o json`,
+  capstan diff --root . -f clusters/edge-01/clusterdeployment.yaml -o json
+  capstan diff --pr 7 --deployment capstan-system/edge-01`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			changed, err := f.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args)
@@ -142,18 +149,16 @@ func (f *diffFlags) run(ctx context.Context, out, errOut io.Writer, args []strin
 		fmt.Fprintf(errOut, "note: %s/%s acts on the cluster its spec.kubeConfig reaches; diff compares with the cluster of --kubeconfig (%s)\n",
 			target.owner.Namespace, target.owner.Name, cfg.Host)
 	}
-	plan, err := f.plan(ctx, target)
+	var plan *stages.Plan
+	if f.pr != 0 {
+		plan, err = f.pullRequestPlan(ctx, c, target, errOut)
+	} else {
+		plan, err = f.plan(ctx, target)
+	}
 	if err != nil {
 		return false, err
 	}
-	opts := stages.DiffOptions{NewRevision: target.live != nil}
-	if target.live != nil {
-		opts.Inventory = target.live.Status.Inventory
-		opts.Destructive = target.live.Spec.Prune != nil && target.live.Spec.Prune.Destructive
-	} else if target.spec.Prune != nil {
-		opts.Destructive = target.spec.Prune.Destructive
-	}
-	d, err := stages.NewExecutor(c).DiffPlan(ctx, plan, target.owner, opts)
+	d, err := stages.NewExecutor(c).DiffPlan(ctx, plan, target.owner, reconciler.DiffOptionsFor(target.spec, target.live))
 	if err != nil {
 		return false, fmt.Errorf("diff against %s: %w", cfg.Host, err)
 	}
@@ -254,27 +259,9 @@ func getDeployment(ctx context.Context, c client.Client, o stages.Owner) (*capst
 // plan renders the deployment's path and builds its plan, as the
 // reconciler does.
 func (f *diffFlags) plan(ctx context.Context, t diffTarget) (*stages.Plan, error) {
-	opts := render.DefaultOptions()
-	opts.Path = t.spec.Path
-	opts.Substitute = t.spec.Substitute
-	objs, err := render.Build(ctx, os.DirFS(f.render.root), opts)
-	if err != nil {
-		return nil, fmt.Errorf("render %s: %w", filepath.Join(f.render.root, t.spec.Path), err)
-	}
-	specs, err := stages.StageSpecs(t.spec)
-	if err != nil {
-		return nil, err
-	}
-	plan, err := stages.BuildPlan(specs, objs)
-	if err != nil {
-		return nil, fmt.Errorf("plan: %w", err)
-	}
-	if t.live != nil && t.live.Annotations[pivot.ArrivedAnnotation] != "" {
-		plan.Drop(func(obj *unstructured.Unstructured) bool {
-			return obj.GetLabels()[stages.BootstrapOnlyLabel] == "true"
-		})
-	}
-	return plan, nil
+	return reconciler.PlanTree(ctx, reconciler.PlanInput{
+		FS: os.DirFS(f.render.root), Where: f.render.root, Spec: t.spec, Live: t.live, Render: render.DefaultOptions(),
+	})
 }
 
 // lineWidth is the width to wrap at: --width, else the terminal's, else

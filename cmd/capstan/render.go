@@ -109,7 +109,7 @@ func (f *renderFlags) spec(args []string) (capstanv1.ClusterDeploymentSpec, erro
 		}
 		spec.Substitute[k] = v
 	}
-	return spec, nil
+	return spec, bootstrapKeyPlaceholder(&spec)
 }
 
 type renderedStage struct {

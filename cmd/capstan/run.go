@@ -111,6 +111,7 @@ func (f *rootFlags) options(limits reconciler.ArtifactOptions) (*reconciler.Root
 // daemonFlags tune the daemon.
 type daemonFlags struct {
 	metricsAddr, healthAddr string
+	pprofAddr               string
 	workers, concurrency    int
 	waitSlice               time.Duration
 	logFormat               string
@@ -125,6 +126,7 @@ func (f *daemonFlags) BindFlags(fs *pflag.FlagSet) {
 	d := reconciler.DefaultOptions()
 	fs.StringVar(&f.metricsAddr, "metrics-addr", d.MetricsAddr, `address of the Prometheus metrics endpoint; "0" disables it`)
 	fs.StringVar(&f.healthAddr, "health-addr", d.HealthAddr, `address of /healthz and /readyz; "0" disables it`)
+	fs.StringVar(&f.pprofAddr, "pprof-addr", "", `address of Go's profiles (/debug/pprof/), e.g. "127.0.0.1:6060"; off by default, since profiles show what the process holds`)
 	fs.IntVar(&f.workers, "workers", d.Workers, "ClusterDeployments reconciled at once")
 	fs.IntVar(&f.concurrency, "apply-concurrency", d.ApplyConcurrency, "objects of one stage applied in parallel")
 	fs.DurationVar(&f.waitSlice, "wait-slice", d.Reconciler.WaitSlice, "how long one attempt waits for a stage before it records progress")
@@ -232,6 +234,7 @@ func newRunCommand() *cobra.Command {
 			opts.Config = cfg
 			opts.Root = rootOpts
 			opts.MetricsAddr, opts.HealthAddr = daemon.metricsAddr, daemon.healthAddr
+			opts.PprofAddr = daemon.pprofAddr
 			opts.Workers, opts.ApplyConcurrency = daemon.workers, daemon.concurrency
 			opts.Reconciler.WaitSlice = daemon.waitSlice
 			opts.Webhook = daemon.webhook()

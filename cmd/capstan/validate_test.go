@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/capstan-dev/capstan/internal/testenv"
@@ -105,7 +108,10 @@ func TestValidateOutputFormats(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "preflight found 5 errors, 3 warnings") {
 				t.Errorf("error = %v, want the errors to fail the command in -o %s too", err, format)
 			}
-			var report preflight.Report
+			var report struct {
+				preflight.Report
+				Served map[string]any `json:"served"`
+			}
 			if format == "json" {
 				err = json.Unmarshal([]byte(out), &report)
 			} else {
@@ -171,6 +177,15 @@ func startGizmoCluster(t *testing.T) string {
 			t.Error(err)
 		}
 	})
+	// The overlays' namespace exists, as it would in a management
+	// cluster; TestValidateClusterPreflight checks a missing one.
+	c, err := client.New(env.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "capstan-system"}}); err != nil {
+		t.Fatal(err)
+	}
 	return env.KubeconfigPath
 }
 
@@ -181,9 +196,9 @@ func TestValidateServedAPIs(t *testing.T) {
 	kubeconfig := startGizmoCluster(t)
 	served := []string{
 		"nothing to check in 5 objects: no ConfigMap labelled capstan.dev/config: network, no Cluster, no IPPool",
-		"ERROR Sprocket capstan-system/nowhere: kind: the cluster serves no Sprocket in group missing.test.capstan.dev: no CustomResourceDefinition in the cluster or earlier in this plan defines it; install the provider first (in gizmos.yaml)",
-		"ERROR Gizmo capstan-system/ancient: apiVersion: Gizmo is served as served.test.capstan.dev/v1beta2, v1beta1; not v1alpha1; write the object in served.test.capstan.dev/v1beta2 (in gizmos.yaml)",
-		"WARNING Gizmo capstan-system/deprecated: apiVersion: served.test.capstan.dev/v1beta1 is deprecated (served.test.capstan.dev/v1beta1 Gizmo is deprecated; use served.test.capstan.dev/v1beta2); write the object in served.test.capstan.dev/v1beta2 (in gizmos.yaml)",
+		"ERROR Sprocket capstan-system/nowhere: kind: the cluster serves no Sprocket in group missing.test.capstan.dev: no CustomResourceDefinition in the cluster or earlier in this plan defines it; install the provider first (in served/gizmos.yaml)",
+		"ERROR Gizmo capstan-system/ancient: apiVersion: Gizmo is served as served.test.capstan.dev/v1beta2, v1beta1; not v1alpha1; write the object in served.test.capstan.dev/v1beta2 (in served/gizmos.yaml)",
+		"WARNING Gizmo capstan-system/deprecated: apiVersion: served.test.capstan.dev/v1beta1 is deprecated (served.test.capstan.dev/v1beta1 Gizmo is deprecated; use served.test.capstan.dev/v1beta2); write the object in served.test.capstan.dev/v1beta2 (in served/gizmos.yaml)",
 		"2 errors, 1 warning in 5 objects looked up in the API server https://127.0.0.1:",
 	}
 	for _, tc := range []struct {
@@ -218,10 +233,21 @@ func TestValidateServedAPIs(t *testing.T) {
 			err:  `context "no-such-context" does not exist`,
 		},
 		{
-			name:  "without --kubeconfig, validate stays offline",
-			args:  validateArgs("served"),
-			lines: served[:1],
+			name: "without --kubeconfig, validate stays offline and judges only the groups it knows",
+			args: validateArgs("served"),
+			lines: []string{served[0],
+				"no problems in 5 objects checked offline against built-in APIs, Capstan's CRDs, the pinned provider CRDs; 4 objects of groups none of them defines not checked (run with --kubeconfig, or add --crds)"},
 			exact: true,
+		},
+		{
+			name: "offline, --crds adds CRDs to judge against",
+			args: validateArgs("--crds", "testdata/gizmos-crd.yaml", "served"),
+			lines: []string{served[0],
+				"ERROR Gizmo capstan-system/ancient: apiVersion: Gizmo is served as served.test.capstan.dev/v1beta2, v1beta1; not v1alpha1; write the object in served.test.capstan.dev/v1beta2 (in served/gizmos.yaml)",
+				"WARNING Gizmo capstan-system/deprecated: apiVersion: served.test.capstan.dev/v1beta1 is deprecated",
+				"1 error, 1 warning in 5 objects checked offline against built-in APIs, Capstan's CRDs, the pinned provider CRDs, testdata/gizmos-crd.yaml; 1 object of groups none of them defines not checked"},
+			exact: true,
+			err:   "preflight found 1 error, 1 warning",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -51,6 +51,10 @@ func (n *network) summary() Network {
 // validation collects the problems of one Validate call.
 type validation struct {
 	problems
+	// userKeys is set when a KubeadmControlPlane or KubeadmConfigTemplate
+	// gives its users SSH keys itself: nodes are reachable without the
+	// network ConfigMap's keys.
+	userKeys bool
 }
 
 // Validate checks the network settings of the given objects and returns
@@ -76,6 +80,7 @@ func Validate(objects []*unstructured.Unstructured) Report {
 		if obj == nil || obj.Object == nil {
 			continue
 		}
+		v.userKeys = v.userKeys || carriesUserKeys(obj)
 		switch {
 		case isNetworkConfig(obj):
 			configs = append(configs, v.readConfigMap(obj))

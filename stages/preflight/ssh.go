@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"golang.org/x/crypto/ssh"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // checkSSHKeys checks the SSH public keys of the network ConfigMap. A
@@ -11,13 +12,17 @@ import (
 // truncated paste that would lock the operator out. No key at all is a
 // warning: Metal3 provisions and joins nodes without SSH, so the cluster
 // builds, but nobody can log in to a node to debug it, and an installer
-// that joins nodes over SSH (seed 004) cannot.
+// that joins nodes over SSH (seed 004) cannot. Keys that a
+// KubeadmControlPlane's or KubeadmConfigTemplate's users carry
+// (kubeadmConfigSpec.users[].sshAuthorizedKeys) count: no warning then.
 func (v *validation) checkSSHKeys(c *networkConfig) {
 	field := "data." + KeySSHAuthorizedKeys
 	const noKey = "no SSH public key: nobody will be able to log in to the nodes; add at least one authorized_keys line"
 	s, set := c.values[KeySSHAuthorizedKeys]
 	if !set {
-		v.warnf(c.object, field, "missing, so %s", noKey)
+		if !v.userKeys {
+			v.warnf(c.object, field, "missing, so %s", noKey)
+		}
 		return
 	}
 	if strings.Contains(s, "PRIVATE KEY") {
@@ -37,7 +42,32 @@ func (v *validation) checkSSHKeys(c *networkConfig) {
 		}
 		keys++
 	}
-	if keys == 0 && bad == 0 {
+	if keys == 0 && bad == 0 && !v.userKeys {
 		v.warnf(c.object, field, "%s", noKey)
 	}
+}
+
+// carriesUserKeys reports whether obj is a KubeadmControlPlane or a
+// KubeadmConfigTemplate whose kubeadm users carry at least one SSH key.
+func carriesUserKeys(obj *unstructured.Unstructured) bool {
+	var path []string
+	switch gvk := obj.GroupVersionKind(); {
+	case gvk.Group == "controlplane.cluster.x-k8s.io" && gvk.Kind == "KubeadmControlPlane":
+		path = []string{"spec", "kubeadmConfigSpec", "users"}
+	case gvk.Group == "bootstrap.cluster.x-k8s.io" && gvk.Kind == "KubeadmConfigTemplate":
+		path = []string{"spec", "template", "spec", "users"}
+	default:
+		return false
+	}
+	users, _, _ := unstructured.NestedSlice(obj.Object, path...)
+	for _, u := range users {
+		user, _ := u.(map[string]any)
+		keys, _ := user["sshAuthorizedKeys"].([]any)
+		for _, k := range keys {
+			if s, _ := k.(string); strings.TrimSpace(s) != "" {
+				return true
+			}
+		}
+	}
+	return false
 }

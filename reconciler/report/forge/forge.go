@@ -24,6 +24,10 @@ type Forge interface {
 	UpsertComment(ctx context.Context, repo string, pr int64, key, body string) (Comment, error)
 	// SetCommitStatus sets the status named st.Context on commit sha.
 	SetCommitStatus(ctx context.Context, repo, sha string, st Status) error
+	// PullRequestsForCommit lists the pull requests commit sha came
+	// from: the merged one whose merge commit it is, and those whose head
+	// it is (a fast-forward or rebase merge). None is not an error.
+	PullRequestsForCommit(ctx context.Context, repo, sha string) ([]PullRequest, error)
 }
 
 // PullRequest is an open pull request (GitLab: merge request).
@@ -45,6 +49,18 @@ type PullRequest struct {
 	BaseRef string
 	// URL is the pull request's web page.
 	URL string
+	// Merged is true once the pull request is merged.
+	Merged bool
+	// MergeCommitSHA is the commit the merge made on the base branch
+	// (GitLab: the merge or squash commit); empty until it is merged.
+	MergeCommitSHA string
+}
+
+// CameFrom reports whether commit sha is what pull request pr brought to
+// its base branch: its merge commit, or its head when the forge merged
+// it without one.
+func (pr PullRequest) CameFrom(sha string) bool {
+	return sha != "" && (pr.MergeCommitSHA == sha || pr.HeadSHA == sha)
 }
 
 // Comment is the comment UpsertComment left.

@@ -87,10 +87,7 @@ func (g *Gitea) OpenPullRequests(ctx context.Context, repo, baseBranch string) (
 			if pr.Base == nil || pr.Base.Ref != baseBranch || pr.Head == nil {
 				continue
 			}
-			out = append(out, PullRequest{
-				Number: pr.Index, Title: pr.Title, HeadSHA: pr.Head.Sha, HeadRef: pr.Head.Ref,
-				HeadFetchRef: fmt.Sprintf("refs/pull/%d/head", pr.Index), BaseRef: pr.Base.Ref, URL: pr.HTMLURL,
-			})
+			out = append(out, giteaPullRequest(pr))
 		}
 		if len(prs) == 0 || resp == nil || resp.NextPage == 0 {
 			return out, nil
@@ -164,4 +161,42 @@ func (g *Gitea) SetCommitStatus(ctx context.Context, repo, sha string, st Status
 		Context:     statusContext(st),
 	})
 	return g.failure("set commit status "+statusContext(st)+" on commit "+sha, repo, giteaStatus(resp), giteaScopeStatus, err)
+}
+
+func giteaPullRequest(pr *gitea.PullRequest) PullRequest {
+	out := PullRequest{
+		Number: pr.Index, Title: pr.Title, HeadFetchRef: fmt.Sprintf("refs/pull/%d/head", pr.Index),
+		URL: pr.HTMLURL, Merged: pr.HasMerged,
+	}
+	if pr.Head != nil {
+		out.HeadSHA, out.HeadRef = pr.Head.Sha, pr.Head.Ref
+	}
+	if pr.Base != nil {
+		out.BaseRef = pr.Base.Ref
+	}
+	if pr.MergedCommitID != nil {
+		out.MergeCommitSHA = *pr.MergedCommitID
+	}
+	return out
+}
+
+// PullRequestsForCommit implements Forge. Gitea answers with the one pull
+// request whose merge commit sha is, or 404 when there is none.
+func (g *Gitea) PullRequestsForCommit(ctx context.Context, repo, sha string) ([]PullRequest, error) {
+	owner, name, err := ownerName(ProviderGitea, repo)
+	if err != nil {
+		return nil, err
+	}
+	c, err := g.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pr, resp, err := c.GetCommitPullRequest(owner, name, sha)
+	if giteaStatus(resp) == http.StatusNotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, g.failure("find the pull request of commit "+sha, repo, giteaStatus(resp), giteaScopeRead, err)
+	}
+	return []PullRequest{giteaPullRequest(pr)}, nil
 }

@@ -81,11 +81,7 @@ func (g *GitHub) OpenPullRequests(ctx context.Context, repo, baseBranch string) 
 			if pr.GetBase().GetRef() != baseBranch {
 				continue
 			}
-			n := int64(pr.GetNumber())
-			out = append(out, PullRequest{
-				Number: n, Title: pr.GetTitle(), HeadSHA: pr.GetHead().GetSHA(), HeadRef: pr.GetHead().GetRef(),
-				HeadFetchRef: fmt.Sprintf("refs/pull/%d/head", n), BaseRef: pr.GetBase().GetRef(), URL: pr.GetHTMLURL(),
-			})
+			out = append(out, githubPullRequest(pr))
 		}
 		if resp == nil || resp.NextPage == 0 {
 			return out, nil
@@ -159,4 +155,42 @@ func (g *GitHub) SetCommitStatus(ctx context.Context, repo, sha string, st Statu
 	}
 	_, resp, err := g.client.Repositories.CreateStatus(ctx, owner, name, sha, status)
 	return g.failure("set commit status "+statusContext(st)+" on commit "+sha, repo, githubStatus(resp), githubScopeStatus, err)
+}
+
+func githubPullRequest(pr *github.PullRequest) PullRequest {
+	n := int64(pr.GetNumber())
+	out := PullRequest{
+		Number: n, Title: pr.GetTitle(), HeadSHA: pr.GetHead().GetSHA(), HeadRef: pr.GetHead().GetRef(),
+		HeadFetchRef: fmt.Sprintf("refs/pull/%d/head", n), BaseRef: pr.GetBase().GetRef(), URL: pr.GetHTMLURL(),
+		Merged: pr.MergedAt != nil || pr.GetMerged(),
+	}
+	if out.Merged {
+		// Before a merge, merge_commit_sha is GitHub's test merge.
+		out.MergeCommitSHA = pr.GetMergeCommitSHA()
+	}
+	return out
+}
+
+// PullRequestsForCommit implements Forge: GitHub lists the pull requests
+// associated with a commit, merged or open.
+func (g *GitHub) PullRequestsForCommit(ctx context.Context, repo, sha string) ([]PullRequest, error) {
+	owner, name, err := ownerName(ProviderGitHub, repo)
+	if err != nil {
+		return nil, err
+	}
+	opts := &github.ListOptions{PerPage: githubPageSize}
+	var out []PullRequest
+	for {
+		prs, resp, err := g.client.PullRequests.ListPullRequestsWithCommit(ctx, owner, name, sha, opts)
+		if err != nil {
+			return nil, g.failure("find the pull requests of commit "+sha, repo, githubStatus(resp), githubScopeRead, err)
+		}
+		for _, pr := range prs {
+			out = append(out, githubPullRequest(pr))
+		}
+		if resp == nil || resp.NextPage == 0 {
+			return out, nil
+		}
+		opts.Page = resp.NextPage
+	}
 }

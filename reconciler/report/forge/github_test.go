@@ -82,6 +82,19 @@ func (g *githubContract) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodGet && rest == "pulls":
 		g.listPulls(w, r)
+	case r.Method == http.MethodGet && len(parts) == 3 && parts[0] == "commits" && parts[2] == "pulls":
+		// Only the merge commit and the head of pull request 5 belong to
+		// a pull request.
+		var out []any
+		for _, pr := range loadJSON(g.t, "github/commit-pulls.json").([]any) {
+			m := pr.(map[string]any)
+			if m["merge_commit_sha"] == parts[1] || m["head"].(map[string]any)["sha"] == parts[1] {
+				out = append(out, pr)
+			}
+		}
+		items, _, link := page(r, out, 30, 100)
+		w.Header().Set("Link", link)
+		writeJSON(w, http.StatusOK, items)
 	case len(parts) == 3 && parts[0] == "issues" && parts[2] == "comments":
 		n, _ := strconv.Atoi(parts[1])
 		if _, ok := g.comments[n]; !ok {
@@ -268,6 +281,16 @@ func TestGitHubAgainstDocumentedContract(t *testing.T) {
 		}
 	})
 
+	t.Run("a merge commit and a merged head lead to their pull request; another commit to none", func(t *testing.T) {
+		_, srv := newGitHubContract(t, plantedToken)
+		f := newTestGitHub(t, srv.URL, plantedToken)
+		assertPullRequestsForCommit(t, ctx, f, "acme/infra", PullRequest{
+			Number: 5, Title: "Scale workload-a to 4 workers", HeadSHA: "7638417db6d59f3c431d3e1f261cc637155684cd", HeadRef: "scale-workload-a-4",
+			HeadFetchRef: "refs/pull/5/head", BaseRef: "main", URL: "https://github.com/acme/infra/pull/5",
+			Merged: true, MergeCommitSHA: "e5bd3914e2e596debea16f433f57875b5b90bcd6",
+		})
+	})
+
 	t.Run("the commit status carries state, context, description and link", func(t *testing.T) {
 		g, srv := newGitHubContract(t, plantedToken)
 		f := newTestGitHub(t, srv.URL, plantedToken)
@@ -375,5 +398,25 @@ func assertUpserts(t *testing.T, ctx context.Context, f Forge, repo string, pr i
 	want := Marker("plan") + "\n**Plan** for revision main@sha1:bbb\n\n2 objects change"
 	if len(bodies) != 1 || bodies[0] != want {
 		t.Errorf("comments with the marker = %q, want exactly one: %q", bodies, want)
+	}
+}
+
+// assertPullRequestsForCommit checks the lookup every provider must do:
+// the merge commit and the head of a merged pull request both lead to it,
+// any other commit to none.
+func assertPullRequestsForCommit(t *testing.T, ctx context.Context, f Forge, repo string, merged PullRequest) {
+	t.Helper()
+	for _, sha := range []string{merged.MergeCommitSHA, merged.HeadSHA} {
+		prs, err := f.PullRequestsForCommit(ctx, repo, sha)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(prs) != 1 || fmt.Sprint(prs[0]) != fmt.Sprint(merged) || !prs[0].CameFrom(sha) {
+			t.Errorf("pull requests of commit %s:\n got %+v\nwant %+v", sha, prs, merged)
+		}
+	}
+	prs, err := f.PullRequestsForCommit(ctx, repo, "0000000000000000000000000000000000000001")
+	if err != nil || len(prs) != 0 {
+		t.Errorf("pull requests of a commit of none = %+v, %v; want none", prs, err)
 	}
 }

@@ -103,10 +103,7 @@ func (g *GitLab) OpenPullRequests(ctx context.Context, repo, baseBranch string) 
 			if mr.TargetBranch != baseBranch {
 				continue
 			}
-			out = append(out, PullRequest{
-				Number: mr.IID, Title: mr.Title, HeadSHA: mr.SHA, HeadRef: mr.SourceBranch,
-				HeadFetchRef: fmt.Sprintf("refs/merge-requests/%d/head", mr.IID), BaseRef: mr.TargetBranch, URL: mr.WebURL,
-			})
+			out = append(out, gitlabMergeRequest(mr))
 		}
 		if resp == nil || resp.NextPage == 0 {
 			return out, nil
@@ -207,4 +204,36 @@ func (g *GitLab) SetCommitStatus(ctx context.Context, repo, sha string, st Statu
 		return nil
 	}
 	return g.failure("set commit status "+statusContext(st)+" on commit "+sha, repo, gitlabStatus(resp, err), gitlabScopeStatus, err)
+}
+
+func gitlabMergeRequest(mr *gitlab.BasicMergeRequest) PullRequest {
+	out := PullRequest{
+		Number: mr.IID, Title: mr.Title, HeadSHA: mr.SHA, HeadRef: mr.SourceBranch,
+		HeadFetchRef: fmt.Sprintf("refs/merge-requests/%d/head", mr.IID), BaseRef: mr.TargetBranch, URL: mr.WebURL,
+		Merged: mr.State == "merged",
+	}
+	if out.Merged {
+		out.MergeCommitSHA = mr.MergeCommitSHA
+		if out.MergeCommitSHA == "" {
+			out.MergeCommitSHA = mr.SquashCommitSHA
+		}
+	}
+	return out
+}
+
+// PullRequestsForCommit implements Forge: GitLab lists the merge
+// requests a commit belongs to.
+func (g *GitLab) PullRequestsForCommit(ctx context.Context, repo, sha string) ([]PullRequest, error) {
+	if err := checkProject(repo); err != nil {
+		return nil, err
+	}
+	mrs, resp, err := g.client.Commits.ListMergeRequestsByCommit(repo, sha, gitlab.WithContext(ctx))
+	if err != nil {
+		return nil, g.failure("find the merge requests of commit "+sha, repo, gitlabStatus(resp, err), gitlabScopeRead, err)
+	}
+	out := make([]PullRequest, 0, len(mrs))
+	for _, mr := range mrs {
+		out = append(out, gitlabMergeRequest(mr))
+	}
+	return out, nil
 }

@@ -111,6 +111,15 @@ func (g *gitlabContract) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	case r.Method == http.MethodPost && len(parts) == 2 && parts[0] == "statuses":
 		g.setStatus(w, r, parts[1])
+	case r.Method == http.MethodGet && len(parts) == 4 && parts[0] == "repository" && parts[1] == "commits" && parts[3] == "merge_requests":
+		out := []any{}
+		for _, mr := range loadJSON(g.t, "gitlab/commit_merge_requests.json").([]any) {
+			m := mr.(map[string]any)
+			if m["merge_commit_sha"] == parts[2] || m["sha"] == parts[2] {
+				out = append(out, mr)
+			}
+		}
+		writeJSON(w, http.StatusOK, out)
 	default:
 		writeJSON(w, http.StatusNotFound, map[string]any{"message": "404 Not found"})
 	}
@@ -255,6 +264,15 @@ func TestGitLabAgainstDocumentedContract(t *testing.T) {
 		if !strings.HasPrefix(c.URL, srv.URL+"/acme/platform/infra/-/merge_requests/3#note_") {
 			t.Errorf("note URL = %q, want the merge request's page with the note's anchor", c.URL)
 		}
+	})
+
+	t.Run("a merge commit and a merged head lead to their merge request; another commit to none", func(t *testing.T) {
+		_, srv := newGitLabContract(t, plantedToken)
+		assertPullRequestsForCommit(t, ctx, newTestGitLab(t, srv.URL, plantedToken), gitlabProject, PullRequest{
+			Number: 2, Title: "Scale workload-a to 4 workers", HeadSHA: "7638417db6d59f3c431d3e1f261cc637155684cd", HeadRef: "scale-workload-a-4",
+			HeadFetchRef: "refs/merge-requests/2/head", BaseRef: "main", URL: "https://gitlab.example.com/acme/platform/infra/-/merge_requests/2",
+			Merged: true, MergeCommitSHA: "e5bd3914e2e596debea16f433f57875b5b90bcd6",
+		})
 	})
 
 	t.Run("the commit status maps states and repeats of the same state are accepted", func(t *testing.T) {

@@ -1,0 +1,52 @@
+package scale
+
+import (
+	"testing"
+	"time"
+)
+
+// TestFleetIsReadyAndIdle holds a small fleet to the behaviour the 1,000
+// benchmark measures, as counts: every deployment becomes Ready, and once
+// they are, an unchanged source costs the API server no request over
+// three poll intervals, and the git server fewer requests than one per
+// deployment and interval.
+func TestFleetIsReadyAndIdle(t *testing.T) {
+	f := fleet{deployments: 50, objects: 20, interval: 5 * time.Second, idle: 3, deadline: 3 * time.Minute}
+	r := runFleet(t, f)
+	if r.ready < f.deployments {
+		t.Fatalf("%d of %d deployments Ready", r.ready, f.deployments)
+	}
+	logResult(t, f, r)
+	if r.apiRequests != 0 {
+		t.Errorf("an idle fleet sent %d API requests over %d intervals: %s", r.apiRequests, f.idle, topPaths(r.apiByPath, 8))
+	}
+	// The deployments read one repository: they share its answers
+	// instead of asking it once each per interval.
+	if polls := int64(f.deployments * f.idle); r.gitRequests >= polls {
+		t.Errorf("an idle fleet of %d deployments on one repository sent %d git requests over %d intervals; want fewer than one per deployment and interval",
+			f.deployments, r.gitRequests, f.idle)
+	}
+}
+
+// BenchmarkThousandDeployments is issue #13's fleet: 1,000
+// ClusterDeployments of 20 ConfigMaps each, one overlay directory each in
+// one git repository, polled every 30 s by one `capstan run`. Targets:
+// all Ready, peak RSS under 300 MiB, idle CPU under 2% of one core, no API
+// request per interval when nothing changed. Run it alone:
+//
+//	go test -run '^$' -bench ThousandDeployments -benchtime 1x -timeout 60m ./e2e/scale/
+func BenchmarkThousandDeployments(b *testing.B) {
+	f := fleet{deployments: 1000, objects: 20, interval: 30 * time.Second, idle: 3, deadline: 30 * time.Minute}
+	for range b.N {
+		r := runFleet(b, f)
+		if r.ready < f.deployments {
+			b.Fatalf("%d of %d deployments Ready", r.ready, f.deployments)
+		}
+		logResult(b, f, r)
+		b.ReportMetric(r.toReady.Seconds(), "s-to-ready")
+		b.ReportMetric(float64(r.mem.peak>>20), "peak-MiB")
+		b.ReportMetric(100*r.idleCPU(), "idle-cpu-%")
+		b.ReportMetric(r.perInterval(r.apiRequests, f), "api-req/interval")
+		b.ReportMetric(r.perInterval(r.gitRequests, f), "git-req/interval")
+	}
+}

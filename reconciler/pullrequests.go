@@ -1,0 +1,147 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/reconciler/report"
+	"github.com/capstan-dev/capstan/render"
+	"github.com/capstan-dev/capstan/sources/git"
+	"github.com/capstan-dev/capstan/stages"
+)
+
+// pullRequestShard is the namespace of the keys that decide, when
+// sharding, which replica handles the pull requests of a repository and
+// branch: the owner of that key, as for a deployment of that name.
+const pullRequestShard = "capstan.dev/pull-requests"
+
+// addPullRequests builds the runnable that keeps the plan comments on pull
+// requests and follows merged revisions (docs/pull-requests.md), and hands
+// it the statuses the reconciler writes, beside the status commits.
+func addPullRequests(opts Options, mgr manager.Manager, r *Reconciler, shard *sharding) error {
+	po := report.PullRequestOptions{Root: reportRoot(opts), Interval: opts.Report.Interval}
+	if shard != nil {
+		// Every replica runs a watcher; the owner of a group's key
+		// handles it, so that each comment has one writer. It reads every
+		// member of the group, whichever replica reconciles it: the plans
+		// are dry runs, the rollouts come from the statuses in the cache.
+		po.Owns = func(group string) bool {
+			return shard.owns(types.NamespacedName{Namespace: pullRequestShard, Name: group})
+		}
+	}
+	planner := &prPlanner{r: r}
+	if root := po.Root; root != nil {
+		planner.rootURL, planner.rootAuth = root.URL, root.Auth
+	}
+	w := report.NewPullRequests(po, mgr.GetClient(), planner)
+	if err := mgr.Add(shard.everyReplica(w)); err != nil {
+		return fmt.Errorf("add pull request comments: %w", err)
+	}
+	r.report = notifiers{r.report, w}
+	return nil
+}
+
+// notifiers hands a status to each of several notifiers.
+type notifiers []statusNotifier
+
+func (ns notifiers) Notify(cd *capstanv1.ClusterDeployment) {
+	for _, n := range ns {
+		if n != nil {
+			n.Notify(cd)
+		}
+	}
+}
+
+// prPlanner plans pull request heads for the watcher, with the daemon's
+// sources, limits and connections.
+type prPlanner struct {
+	r        *Reconciler
+	rootURL  string
+	rootAuth git.Auth
+}
+
+var _ report.Planner = (*prPlanner)(nil)
+
+// PlanHead implements report.Planner: it fetches ref with the
+// deployment's git credentials into the artifact cache, renders and plans
+// it as a reconcile would (within the daemon's render limits and slots),
+// and dry-runs the plan against the deployment's cluster.
+func (p *prPlanner) PlanHead(ctx context.Context, cd *capstanv1.ClusterDeployment, ref string) (report.PlanResult, error) {
+	var res report.PlanResult
+	var url string
+	var auth git.Auth
+	switch src := cd.Spec.Source; {
+	case src != nil && src.Git != nil:
+		url = src.Git.URL
+		if sr := src.Git.SecretRef; sr != nil {
+			secret, err := p.r.readSecret(ctx, cd, "spec.source.git.secretRef", sr.Name)
+			if err != nil {
+				return res, err
+			}
+			auth = GitAuth(secret)
+			res.Secrets = append(res.Secrets, secret.Data)
+		}
+	case src == nil && p.rootURL != "":
+		url, auth = p.rootURL, p.rootAuth
+	default:
+		return res, errors.New("the deployment reads no git repository")
+	}
+	c := p.r.sources
+	art, err := FetchRef(ctx, RefFetch{URL: url, Auth: auth, Ref: ref, Limits: c.limits, CacheDir: c.store.Dir()})
+	if err != nil {
+		return res, err
+	}
+	defer art.Remove()
+	res.Revision = art.Revision
+
+	plan, err := p.plan(ctx, cd, art.FS)
+	if err != nil {
+		if ctx.Err() != nil {
+			return res, err
+		}
+		res.Err = err
+		return res, nil
+	}
+	exec, err := p.r.executorFor(ctx, cd, &stages.Stage{}, plan)
+	if err != nil {
+		if stages.IsStalled(err) {
+			res.Err = err
+			return res, nil
+		}
+		return res, err
+	}
+	d, err := exec.DiffPlan(ctx, plan, stages.Owner{Name: cd.Name, Namespace: cd.Namespace}, DiffOptionsFor(cd.Spec, cd))
+	if err != nil {
+		return res, fmt.Errorf("dry run against the cluster: %w", err)
+	}
+	res.Diff = d
+	return res, nil
+}
+
+// plan renders and plans a fetched tree within the daemon's limits and
+// render slots, with the bootstrap key substituted as a reconcile does.
+func (p *prPlanner) plan(ctx context.Context, cd *capstanv1.ClusterDeployment, fsys fs.FS) (*stages.Plan, error) {
+	c := p.r.sources
+	opts := render.DefaultOptions()
+	opts.MaxFileBytes, opts.MaxBytes, opts.MaxObjects = c.opts.MaxFileBytes, c.opts.MaxRenderBytes, c.opts.MaxObjects
+	key, err := p.r.bootstrapKey(ctx, cd)
+	if err != nil {
+		return nil, err
+	}
+	if key != "" {
+		opts.Substitute = map[string]string{stages.BootstrapKeyVar: key}
+	}
+	select {
+	case c.renders <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-c.renders }()
+	return PlanTree(ctx, PlanInput{FS: fsys, Spec: cd.Spec, Live: cd, Render: opts})
+}
