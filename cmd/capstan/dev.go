@@ -375,7 +375,7 @@ func (w *devWatch) look(ctx context.Context) error {
 		t.last = cd
 		if cd.Status.Revision != t.rev || cd.Generation != t.gen {
 			if t.rev != "" {
-				w.p.step("%s: new revision %s, walking the stages again", cd.Name, shortRevision(cd.Status.Revision))
+				w.p.step("%s: new revision %s, walking the stages again", cd.Name, formatRevision(cd.Status.Revision))
 			}
 			t.rev, t.gen, t.announced = cd.Status.Revision, cd.Generation, false
 			clear(t.seen)
@@ -392,10 +392,10 @@ func (w *devWatch) look(ctx context.Context) error {
 		if t.ready {
 			t.announced = true
 			w.p.summary(prefix, cd)
-			w.p.step("%s is Ready at %s", cd.Name, shortRevision(t.rev))
+			w.p.step("%s is Ready at %s", cd.Name, formatRevision(t.rev))
 		} else if st := devCondition(cd, capstanv1.ConditionStalled); st != nil && st.Status == metav1.ConditionTrue {
 			t.announced = true
-			w.p.step("%s stalled at %s: %s", cd.Name, shortRevision(t.rev), st.Message)
+			w.p.step("%s stalled at %s: %s", cd.Name, formatRevision(t.rev), st.Message)
 			stalled = append(stalled, fmt.Sprintf("%s stalled: %s", cd.Name, st.Message))
 		}
 	}

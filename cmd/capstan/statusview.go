@@ -106,14 +106,6 @@ func stateColor(st capstanv1.StageStatus) string {
 	}
 }
 
-// shortRevision keeps a revision readable: branch@sha1: and 12 hex digits.
-func shortRevision(rev string) string {
-	if i := strings.Index(rev, "sha1:"); i >= 0 && len(rev) > i+5+12 {
-		return rev[:i+5+12]
-	}
-	return rev
-}
-
 // oneLine folds a multi-line message (errors.Join) into one line.
 func oneLine(s string) string {
 	s = strings.ReplaceAll(s, "\t", " ")
@@ -186,7 +178,7 @@ func (v view) renderStatus(items []capstanv1.ClusterDeployment) string {
 func (v view) renderDeployment(b *strings.Builder, cd *capstanv1.ClusterDeployment) {
 	p := phase(cd)
 	name := cd.Namespace + "/" + cd.Name
-	rev := shortRevision(cd.Status.Revision)
+	rev := formatRevision(cd.Status.Revision)
 	if rev == "" {
 		rev = "no revision yet"
 	}
