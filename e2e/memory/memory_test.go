@@ -13,13 +13,12 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/manifests"
 	"github.com/capstan-dev/capstan/reconciler"
 )
 
@@ -175,34 +174,15 @@ func containsAll(s string, parts []string) bool {
 // Deployment that manifests/ installs.
 func shippedMemory(t *testing.T) (resource.Quantity, string) {
 	t.Helper()
-	data, err := os.ReadFile("../../manifests/install/deployment.yaml")
+	ctr, err := manifests.DaemonContainer()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		var dep appsv1.Deployment
-		if err := yaml.Unmarshal([]byte(doc), &dep); err != nil || dep.Kind != "Deployment" {
-			continue
-		}
-		for _, ctr := range dep.Spec.Template.Spec.Containers {
-			if ctr.Name != "capstan" {
-				continue
-			}
-			limit, ok := ctr.Resources.Limits["memory"]
-			if !ok {
-				t.Fatal("the shipped Deployment sets no memory limit")
-			}
-			var goMemLimit string
-			for _, e := range ctr.Env {
-				if e.Name == "GOMEMLIMIT" {
-					goMemLimit = e.Value
-				}
-			}
-			return limit, goMemLimit
-		}
+	limit, ok := ctr.Resources.Limits["memory"]
+	if !ok {
+		t.Fatal("the shipped Deployment sets no memory limit")
 	}
-	t.Fatal("no capstan container in manifests/install/deployment.yaml")
-	return resource.Quantity{}, ""
+	return limit, manifests.Env(ctr, "GOMEMLIMIT")
 }
 
 // capstanBinary builds cmd/capstan, or returns CAPSTAN_MEMORY_BINARY.

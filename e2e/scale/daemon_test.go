@@ -15,8 +15,7 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	"sigs.k8s.io/yaml"
+	"github.com/capstan-dev/capstan/manifests"
 )
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat:
@@ -68,24 +67,11 @@ func capstanBinary(t testing.TB) string {
 // daemon, so that the daemon collects garbage as it would in a pod.
 func shippedGoMemLimit(t testing.TB) string {
 	t.Helper()
-	data, err := os.ReadFile("../../manifests/install/deployment.yaml")
+	ctr, err := manifests.DaemonContainer()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		var dep appsv1.Deployment
-		if err := yaml.Unmarshal([]byte(doc), &dep); err != nil || dep.Kind != "Deployment" {
-			continue
-		}
-		for _, ctr := range dep.Spec.Template.Spec.Containers {
-			for _, e := range ctr.Env {
-				if ctr.Name == "capstan" && e.Name == "GOMEMLIMIT" {
-					return e.Value
-				}
-			}
-		}
-	}
-	return ""
+	return manifests.Env(ctr, "GOMEMLIMIT")
 }
 
 // daemon is `capstan run` as its own process, so that its memory and CPU
