@@ -135,7 +135,7 @@ func outcome(cd *capstanv1.ClusterDeployment, requested string) (done bool, stat
 	}
 	state = p
 	if cd.Status.CurrentStage != "" {
-		state += fmt.Sprintf(", at stage %s (%d/%d ready)", cd.Status.CurrentStage, ready(cd), len(cd.Status.Stages))
+		state += fmt.Sprintf(", at stage %s (%d/%d ready)", cd.Status.CurrentStage, cd.Status.StagesReady(), len(cd.Status.Stages))
 	}
 	if c := meta.FindStatusCondition(cd.Status.Conditions, capstanv1.ConditionReady); c != nil && c.Message != "" {
 		state += ": " + oneLine(c.Message)
