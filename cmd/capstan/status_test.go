@@ -138,16 +138,24 @@ func upgrading() capstanv1.ClusterDeployment {
 		}
 		return st
 	}
+	progress := func(done, total int32, unit string) *capstanv1.StageProgress {
+		return &capstanv1.StageProgress{Done: done, Total: total, Unit: unit}
+	}
+	// The stages of the lcm profile (capstan profiles show lcm).
 	cd.Status.Stages = []capstanv1.StageStatus{
-		stage("ReleaseApplied", capstanv1.StageReady, 3*time.Hour, 4*time.Second, &capstanv1.StageProgress{Done: 2, Total: 2, Unit: "objects ready"}, ""),
-		stage("MachinesPrepared", capstanv1.StageReady, 3*time.Hour, 21*time.Minute, &capstanv1.StageProgress{Done: 125, Total: 125, Unit: "machines prepared"}, ""),
-		stage("ManagersUpgraded", capstanv1.StageReady, 158*time.Minute, 34*time.Minute, &capstanv1.StageProgress{Done: 5, Total: 5, Unit: "managers ready"}, ""),
-		stage("WorkersDeployed", capstanv1.StageInProgress, 124*time.Minute, 0, &capstanv1.StageProgress{Done: 100, Total: 120, Unit: "workers ready"},
+		stage("LCMObjectsCreated", capstanv1.StageReady, 3*time.Hour, 4*time.Second, progress(126, 126, "objects ready"), ""),
+		stage("MachinesPrepared", capstanv1.StageReady, 3*time.Hour, 21*time.Minute, progress(125, 125, "machines prepared"), ""),
+		stage("ManagersDeployed", capstanv1.StageReady, 158*time.Minute, 34*time.Minute, progress(5, 5, "managers ready"), ""),
+		stage("FirstWorkerDeployed", capstanv1.StageReady, 124*time.Minute, 6*time.Minute, progress(1, 1, "workers ready"), ""),
+		stage("HelmControllerInstalled", capstanv1.StageReady, 118*time.Minute, 2*time.Second, progress(3, 3, "objects ready"), ""),
+		stage("WorkersDeployed", capstanv1.StageInProgress, 118*time.Minute, 0, progress(100, 120, "workers ready"),
 			"LCMCluster/prod/east: 100/120 workers Ready, 10 at work (at most 10 at once), 10 waiting for a slot; worker-101 Upgrade (kubelet 1 Running, attempt 1)"),
-		stage("HelmControllerReady", capstanv1.StagePending, 0, 0, nil, ""),
+	}
+	for i, n := range []int32{126, 126, 126, 126, 3, 126} {
+		cd.Status.Stages[i].Objects = n
 	}
 	cd.Status.Conditions = []metav1.Condition{
-		cond(capstanv1.ConditionReady, metav1.ConditionFalse, "Progressing", "stage WorkersDeployed: "+cd.Status.Stages[3].Message),
+		cond(capstanv1.ConditionReady, metav1.ConditionFalse, "Progressing", "stage WorkersDeployed: "+cd.Status.Stages[5].Message),
 		cond(capstanv1.ConditionReconciling, metav1.ConditionTrue, "Progressing", "stage WorkersDeployed"),
 	}
 	return cd
