@@ -138,7 +138,7 @@ changes.`,
 			if len(args) == 1 {
 				s.name = args[0]
 			}
-			s.view = f.out.view(s.out)
+			s.flags = f.out
 			if f.watch {
 				return s.watch(cmd.Context())
 			}
@@ -156,7 +156,9 @@ type statusCommand struct {
 	name      string // "" for every deployment
 	output    string // yaml or json; "" draws tables
 	out       io.Writer
-	view      view
+	// flags say how to draw; read at each frame, so that a watch follows
+	// a terminal that is resized.
+	flags outputFlags
 }
 
 func (s *statusCommand) listOptions() []client.ListOption {
@@ -203,7 +205,7 @@ func (s *statusCommand) render(items []capstanv1.ClusterDeployment) string {
 		}
 		return string(data)
 	}
-	v := s.view
+	v := s.flags.view(s.out)
 	v.now = time.Now()
 	return v.renderFrame(items, s.where())
 }
