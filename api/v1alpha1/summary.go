@@ -40,7 +40,14 @@ type StatusSummary struct {
 	// render or preflight failure stopped it before the first).
 	// +optional
 	Stage string `json:"stage,omitempty"`
+	// Message is the Ready condition's message on one line, cut to 256
+	// characters: a table cannot show a preflight report's lines.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
+
+// maxSummaryMessage bounds StatusSummary.Message, in runes.
+const maxSummaryMessage = 256
 
 // shortHashDigits is how many digits of a hash a short revision keeps, as
 // Flux shows them.
@@ -117,5 +124,37 @@ func (s *ClusterDeploymentStatus) StageText() string {
 
 // Summarize returns the summary of s for status.summary.
 func (s *ClusterDeploymentStatus) Summarize() *StatusSummary {
-	return &StatusSummary{Revision: ShortRevision(s.Revision), Stage: s.StageText()}
+	sum := &StatusSummary{Revision: ShortRevision(s.Revision), Stage: s.StageText()}
+	for _, c := range s.Conditions {
+		if c.Type == ConditionReady {
+			sum.Message = OneLine(c.Message)
+		}
+	}
+	if r := []rune(sum.Message); len(r) > maxSummaryMessage {
+		sum.Message = string(r[:maxSummaryMessage-1]) + "…"
+	}
+	return sum
+}
+
+// OneLine folds a multi-line message (errors.Join, a preflight report)
+// into one line: "; " between lines, a space after a line that
+// introduces the next with ":", tabs and runs of spaces as one space.
+func OneLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	var b strings.Builder
+	for i, l := range lines {
+		l = strings.Join(strings.Fields(l), " ")
+		if l == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			if strings.HasSuffix(strings.TrimSpace(lines[i-1]), ":") {
+				b.WriteString(" ")
+			} else {
+				b.WriteString("; ")
+			}
+		}
+		b.WriteString(l)
+	}
+	return b.String()
 }

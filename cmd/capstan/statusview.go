@@ -110,28 +110,9 @@ func stateColor(st capstanv1.StageStatus) string {
 	}
 }
 
-// oneLine folds a multi-line message (errors.Join) into one line: "; "
-// between lines, a space after a line that introduces the next with ":".
-func oneLine(s string) string {
-	s = strings.ReplaceAll(s, "\t", " ")
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	var b strings.Builder
-	for i, l := range lines {
-		l = strings.Join(strings.Fields(l), " ")
-		if l == "" {
-			continue
-		}
-		if b.Len() > 0 {
-			if strings.HasSuffix(lines[i-1], ":") {
-				b.WriteString(" ")
-			} else {
-				b.WriteString("; ")
-			}
-		}
-		b.WriteString(l)
-	}
-	return b.String()
-}
+// oneLine folds a multi-line message into one line, as
+// status.summary.message does.
+var oneLine = capstanv1.OneLine
 
 // fit shortens s to at most n runes, marking the cut with "…".
 func fit(s string, n int) string {
