@@ -256,8 +256,11 @@ const maxFailureLines = 12
 // message, and says what the cluster holds meanwhile.
 func (v view) renderStopped(b *strings.Builder, cd *capstanv1.ClusterDeployment, p string) {
 	reason, msg := failure(cd, p)
-	lines := strings.Split(strings.TrimSpace(msg), "\n")
-	lines[0] = reason + ": " + lines[0]
+	var lines []string
+	if msg = strings.TrimSpace(msg); msg != "" {
+		lines = strings.Split(msg, "\n")
+		lines[0] = reason + ": " + lines[0]
+	}
 	if !v.wide && len(lines) > maxFailureLines {
 		more := len(lines) - maxFailureLines + 1
 		lines = append(lines[:maxFailureLines-1], fmt.Sprintf("… and %d more lines (capstan status -o wide, or -o yaml)", more))
