@@ -74,7 +74,10 @@ func TestBadInputKeepsTheLastGoodRevision(t *testing.T) {
 			createDeployment(t, c, ns, "two", twoStageSpec(url, ns, gitSecret(t, c, ns)))
 			waitFor(t, "Widget infra", func() (bool, error) { return object(t, c, widgetGVK, ns, "infra") != nil, nil })
 			setWidgetReady(t, c, ns, "infra")
-			waitDeployment(t, c, ns, "two", "Ready", isReady)
+			good := waitDeployment(t, c, ns, "two", "Ready", isReady)
+			if s := good.Status.Summary; s == nil || s.Stage != "2/2" || s.Revision != capstanv1.ShortRevision(good.Status.Revision) {
+				t.Errorf("status.summary = %+v at Ready, want stage 2/2 and revision %s", s, capstanv1.ShortRevision(good.Status.Revision))
+			}
 
 			bad, err := gitSrv.Commit(ns, gitserver.DefaultBranch, tc.change, tc.name)
 			if err != nil {
@@ -92,6 +95,11 @@ func TestBadInputKeepsTheLastGoodRevision(t *testing.T) {
 			}
 			if ready := condition(cd, capstanv1.ConditionReady); ready.Status != metav1.ConditionFalse {
 				t.Errorf("Ready = %s on a stalled deployment", ready.Status)
+			}
+			// kubectl's STAGE column does not show the good revision's
+			// stages as the bad one's.
+			if s := cd.Status.Summary; s == nil || s.Stage != "-" || s.Revision != "main@sha1:"+bad[:8] {
+				t.Errorf("status.summary = %+v while stalled, want stage - and revision main@sha1:%s", s, bad[:8])
 			}
 			if v := object(t, c, configMapGVK, ns, "app-config").Object["data"].(map[string]any)["version"]; v != "1" {
 				t.Errorf("app-config version = %v, want the good revision's 1: the bad revision was half-applied", v)

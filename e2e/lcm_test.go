@@ -310,6 +310,17 @@ func TestLCMDeployOrderAndBatches(t *testing.T) {
 			t.Errorf("stage %s = %s, want Ready", st.Name, st.State)
 		}
 	}
+	// Each rollout stage counted its machines, to the last.
+	for name, want := range map[string]string{
+		"MachinesPrepared":    fmt.Sprintf("%d/%d machines prepared", managers+workers, managers+workers),
+		"ManagersDeployed":    fmt.Sprintf("%d/%d managers ready", managers, managers),
+		"FirstWorkerDeployed": "1/1 workers ready",
+		"WorkersDeployed":     fmt.Sprintf("%d/%d workers ready", workers, workers),
+	} {
+		if got := stage(cd, name).Progress.String(); got != want {
+			t.Errorf("stage %s progress %q, want %q", name, got, want)
+		}
+	}
 
 	// Replay every write in order.
 	state := map[string]*lcmv1.LCMMachine{}

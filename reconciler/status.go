@@ -50,6 +50,8 @@ func conditionTrue(cd *capstanv1.ClusterDeployment, typ string) bool {
 // statusWriteTimeout, so that progress made just before a shutdown (an
 // apply that finished) is recorded and not redone by the next daemon.
 func (r *Reconciler) patchStatus(ctx context.Context, before, after *capstanv1.ClusterDeployment) error {
+	// kubectl's columns read the summary: it follows every write.
+	after.Status.Summary = after.Status.Summarize()
 	if equality.Semantic.DeepEqual(before.Status, after.Status) {
 		return nil
 	}

@@ -289,6 +289,9 @@ func (r *Reconciler) startAttempt(cd *capstanv1.ClusterDeployment, st *capstanv1
 
 func (r *Reconciler) recordResult(cd *capstanv1.ClusterDeployment, st *capstanv1.StageStatus, stage *stages.Stage, res stages.Result) {
 	st.Message = redact(res.Message)
+	if res.Progress != nil {
+		st.Progress = res.Progress
+	}
 	if res.Applied {
 		now := metav1.NewTime(r.opts.Now())
 		st.AppliedAt = &now

@@ -47,6 +47,9 @@ type Result struct {
 	State capstanv1.StageState
 	// Message says what the stage waits for or why it failed.
 	Message string
+	// Progress counts what the stage has done, when the attempt knows:
+	// its objects ready, its machines rolled out. Nil otherwise.
+	Progress *capstanv1.StageProgress
 	// ChangeSet lists what the apply created, configured or left unchanged.
 	ChangeSet *ssa.ChangeSet
 	// Applied is true when this attempt applied every object of the stage.
@@ -235,7 +238,8 @@ func (e *Executor) readyAsApplied(stage *Stage, applied Result) (Result, bool) {
 			return Result{}, false
 		}
 	}
-	return Result{Stage: stage.Name, State: capstanv1.StageReady, ChangeSet: applied.ChangeSet, Applied: true}, true
+	return Result{Stage: stage.Name, State: capstanv1.StageReady, ChangeSet: applied.ChangeSet, Applied: true,
+		Progress: objectsReady(len(stage.Objects), len(stage.Objects))}, true
 }
 
 // ApplyStage carries out the acting part of a stage: apply its objects
@@ -323,7 +327,7 @@ func (e *Executor) waitStage(ctx context.Context, stage *Stage, owner Owner) Res
 	if err != nil {
 		return failed(res, err)
 	}
-	res.Message = verdict.Message
+	res.Message, res.Progress = verdict.Message, objectsReady(verdict.ReadyObjects, len(stage.Objects))
 	if verdict.Ready {
 		res.State = capstanv1.StageReady
 	} else {

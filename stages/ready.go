@@ -22,6 +22,9 @@ const celCostLimit = 1_000_000
 type Verdict struct {
 	Ready   bool
 	Message string
+	// ReadyObjects is, in the verdict of Wait on several objects, how
+	// many of them are ready.
+	ReadyObjects int
 }
 
 // Checker judges readiness. It is a pure function of the object: it reads

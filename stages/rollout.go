@@ -58,6 +58,7 @@ func (e *Executor) rolloutStage(ctx context.Context, stage *Stage, owner Owner) 
 		if err != nil {
 			return interrupted(err)
 		}
+		res.Progress = rolloutProgress(clusters, settings)
 		done := true
 		var waiting []string
 		for _, c := range clusters {

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lcmv1 "github.com/capstan-dev/capstan/api/lcm/v1alpha1"
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 )
 
 // clusterStatus is the status the rollout reports on an LCMCluster: how
@@ -83,4 +84,67 @@ func (e *Executor) reportCluster(ctx context.Context, c rolloutCluster) error {
 		return fmt.Errorf("report status of %s: %w", c.ref(), err)
 	}
 	return nil
+}
+
+// objectsReady is the progress of a stage that waits for its objects; nil
+// for a stage without any.
+func objectsReady(ready, total int) *capstanv1.StageProgress {
+	if total == 0 {
+		return nil
+	}
+	return &capstanv1.StageProgress{Done: int32(ready), Total: int32(total), Unit: "objects ready"}
+}
+
+// rolloutProgress counts the machines of a rollout stage that are done
+// with its phase ("3/5 machines ready", "100/120 workers ready"), by the
+// same judgement planRollout makes. A stage with a limit counts its
+// workers up to the limit. Machines of an LCMCluster that does not exist
+// yet count as not done.
+func rolloutProgress(clusters []rolloutCluster, s rolloutSettings) *capstanv1.StageProgress {
+	var done, total int
+	for _, c := range clusters {
+		var workersDone, workers int
+		for _, m := range c.Machines {
+			if !s.covers(m.Spec.Type) {
+				continue
+			}
+			isDone := c.Cluster != nil && progressOf(m.LCMMachine, targetItems(c.Cluster, m.LCMMachine, s.phase), s.phase) == progressDone
+			if m.Spec.Type == lcmv1.MachineTypeWorker && s.phase == lcmv1.StatePhaseDeploy {
+				workers++
+				if isDone {
+					workersDone++
+				}
+				continue
+			}
+			total++
+			if isDone {
+				done++
+			}
+		}
+		if s.limit > 0 {
+			workers = min(workers, s.limit)
+			workersDone = min(workersDone, workers)
+		}
+		done, total = done+workersDone, total+workers
+	}
+	if total == 0 {
+		return nil
+	}
+	return &capstanv1.StageProgress{Done: int32(done), Total: int32(total), Unit: rolloutUnit(s)}
+}
+
+// rolloutUnit names what a rollout stage counts: its machines by type,
+// and what done means in its phase.
+func rolloutUnit(s rolloutSettings) string {
+	noun := "machines"
+	switch s.machineType {
+	case lcmv1.MachineTypeManager:
+		noun = "managers"
+	case lcmv1.MachineTypeWorker:
+		noun = "workers"
+	}
+	if s.phase == lcmv1.StatePhasePrepare {
+		return noun + " prepared"
+	}
+	return noun + " ready"
 }

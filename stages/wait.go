@@ -64,6 +64,7 @@ func (e *Executor) waitUntilReady(ctx context.Context, objects []*unstructured.U
 		groups[g][k.name] = true
 	}
 
+	total := len(pending)
 	watchCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	observations := make(chan observation)
@@ -72,11 +73,11 @@ func (e *Executor) waitUntilReady(ctx context.Context, objects []*unstructured.U
 	}
 	for {
 		if len(pending) == 0 {
-			return Verdict{Ready: true}, nil
+			return Verdict{Ready: true, ReadyObjects: total}, nil
 		}
 		select {
 		case <-ctx.Done():
-			return Verdict{Message: summarize(pending)}, nil
+			return Verdict{Message: summarize(pending), ReadyObjects: total - len(pending)}, nil
 		case o := <-observations:
 			switch {
 			case o.err != nil:

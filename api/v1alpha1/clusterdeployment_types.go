@@ -654,6 +654,10 @@ type StageStatus struct {
 	// Stuck is set once the stage has been in progress longer than stuckAfter.
 	// +optional
 	Stuck bool `json:"stuck,omitempty"`
+	// Progress counts what the stage has done of what it must do, when
+	// the executor knows: objects ready, machines upgraded.
+	// +optional
+	Progress *StageProgress `json:"progress,omitempty"`
 }
 
 // Condition types, following the kstatus conventions.
@@ -705,6 +709,11 @@ type ClusterDeploymentStatus struct {
 	// answered (`capstan reconcile` waits for it).
 	// +optional
 	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
+	// Summary is the status in the short form kubectl's columns and
+	// `capstan get` show, derived from the fields above with every
+	// status write.
+	// +optional
+	Summary *StatusSummary `json:"summary,omitempty"`
 }
 
 // Inventory is what a deployment applied, one group per stage in plan
@@ -846,10 +855,11 @@ type ObjectReference struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=cd;cds,categories=capstan
-// +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.revision`
-// +kubebuilder:printcolumn:name="Stage",type=string,JSONPath=`.status.currentStage`
+// +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.summary.revision`
+// +kubebuilder:printcolumn:name="Suspended",type=boolean,JSONPath=`.spec.suspend`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
-// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
+// +kubebuilder:printcolumn:name="Stage",type=string,JSONPath=`.status.summary.stage`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.summary.message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ClusterDeployment struct {
 	metav1.TypeMeta   `json:",inline"`

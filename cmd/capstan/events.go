@@ -4,9 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	eventsv1 "k8s.io/api/events/v1"
@@ -19,16 +17,26 @@ import (
 func newEventsCommand() *cobra.Command {
 	var cluster clusterFlags
 	var scope scopeFlags
+	var out outputFlags
 	cmd := &cobra.Command{
 		Use:   "events CLUSTER",
 		Short: "List the events of a ClusterDeployment (stage transitions, failed attempts), oldest first",
 		Long: `Events lists the Kubernetes events (events.k8s.io/v1) whose subject is the
 ClusterDeployment: every stage that started, became Ready or failed an
 attempt, and every failed reconcile, oldest first. Repeated events show
-how often they occurred. Kubernetes keeps events for an hour by default.`,
-		Example: `  capstan events mgmt-east -n capstan-system`,
-		Args:    cobra.ExactArgs(1),
+how often they occurred. Kubernetes keeps events for an hour by default.
+
+The table fits the terminal's width (80 columns when stdout is not a
+terminal, unless $COLUMNS or --width say otherwise); messages are cut to
+it, or wrapped whole with -o wide, which also names the Capstan instance
+that reported each event. -o yaml|json prints the same fields for scripts.`,
+		Example: `  capstan events mgmt-east -n capstan-system
+  capstan events mgmt-east -o wide --width 120`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
 			ns, err := scope.resolve(&cluster)
 			if err != nil {
 				return err
@@ -42,14 +50,24 @@ how often they occurred. Kubernetes keeps events for an hour by default.`,
 				return fmt.Errorf("list events in namespace %s: %w", ns, err)
 			}
 			events := eventsOf(list.Items, ns, args[0])
-			v := terminalView(cmd.OutOrStdout())
+			w := cmd.OutOrStdout()
+			if out.structured() {
+				data, err := encode(eventRows(events), out.output)
+				if err != nil {
+					return err
+				}
+				_, err = w.Write(data)
+				return err
+			}
+			v := out.view(w)
 			v.now = time.Now()
-			_, err = io.WriteString(cmd.OutOrStdout(), v.renderEvents(events, ns+"/"+args[0]))
+			_, err = io.WriteString(w, v.renderEvents(events, ns+"/"+args[0]))
 			return err
 		},
 	}
 	cluster.BindFlags(cmd.Flags())
 	scope.BindFlags(cmd.Flags(), false)
+	out.BindFlags(cmd.Flags(), "the reporting instance, whole messages wrapped")
 	return cmd
 }
 
@@ -102,47 +120,86 @@ func occurrences(e eventsv1.Event) int32 {
 	}
 }
 
+// eventRow is one event as -o yaml|json prints it.
+type eventRow struct {
+	FirstSeen time.Time `json:"firstSeen"`
+	LastSeen  time.Time `json:"lastSeen"`
+	Count     int32     `json:"count"`
+	Type      string    `json:"type"`
+	Reason    string    `json:"reason"`
+	Message   string    `json:"message"`
+	// Reporter is the controller and instance that reported the event.
+	Reporter string `json:"reporter,omitempty"`
+	// Controller is the controller that reported it.
+	Controller string `json:"controller,omitempty"`
+}
+
+func eventRows(events []eventsv1.Event) []eventRow {
+	rows := make([]eventRow, len(events))
+	for i, e := range events {
+		rows[i] = eventRow{
+			FirstSeen: firstSeen(e).UTC(), LastSeen: lastSeen(e).UTC(), Count: occurrences(e),
+			Type: e.Type, Reason: e.Reason, Message: e.Note, Reporter: reporter(e), Controller: e.ReportingController,
+		}
+	}
+	return rows
+}
+
+// reporter names who reported an event: the Capstan instance (its pod),
+// else the controller.
+func reporter(e eventsv1.Event) string {
+	switch {
+	case e.ReportingInstance != "":
+		return e.ReportingInstance
+	case e.ReportingController != "":
+		return e.ReportingController
+	}
+	return e.DeprecatedSource.Component
+}
+
+// maxReason caps the REASON column of events.
+const maxReason = 24
+
 // renderEvents draws a table: when, type, reason and message (with how
-// often it repeated), every line within v.width.
+// often it repeated), every line within v.width; -o wide adds who
+// reported it and wraps whole messages.
 func (v view) renderEvents(events []eventsv1.Event, subject string) string {
 	if len(events) == 0 {
 		return fit("No events for ClusterDeployment "+subject+" (Kubernetes keeps events for an hour by default).", v.width) + "\n"
 	}
-	type row struct{ time, age, typ, reason, message string }
-	head := row{"TIME (UTC)", "AGE", "TYPE", "REASON", "MESSAGE"}
-	rows := make([]row, len(events))
-	ageW, typeW, reasonW := len(head.age), len(head.typ), len(head.reason)
-	for i, e := range events {
+	t := &textTable{room: minMessage}
+	if v.wide {
+		t.last = lastWrap
+	}
+	at := t.add(&column{header: "TIME (UTC)"})
+	age := t.add(&column{header: "AGE"})
+	typ := t.add(&column{header: "TYPE"})
+	reason := t.add(&column{header: "REASON", max: maxReason, min: len("REASON")})
+	t.shrink = []int{3}
+	var from *column
+	if v.wide {
+		from = t.add(&column{header: "REPORTER", min: len("REPORTER")})
+		t.shrink = []int{4, 3}
+	}
+	message := t.add(&column{header: "MESSAGE"})
+	for _, e := range events {
 		msg := oneLine(e.Note)
 		if n := occurrences(e); n > 1 {
 			msg = fmt.Sprintf("(x%d, last %s ago) %s", n, duration.HumanDuration(v.now.Sub(lastSeen(e))), msg)
 		}
-		rows[i] = row{
-			time:    firstSeen(e).UTC().Format("2006-01-02 15:04:05"),
-			age:     duration.HumanDuration(v.now.Sub(firstSeen(e))),
-			typ:     e.Type,
-			reason:  e.Reason,
-			message: msg,
+		at.cells = append(at.cells, firstSeen(e).UTC().Format("2006-01-02 15:04:05"))
+		age.cells = append(age.cells, duration.HumanDuration(v.now.Sub(firstSeen(e))))
+		typ.cells = append(typ.cells, e.Type)
+		color := ""
+		if e.Type == "Warning" {
+			color = sgrRed
 		}
-		ageW = max(ageW, len(rows[i].age))
-		typeW = max(typeW, len(rows[i].typ))
-		reasonW = max(reasonW, min(utf8.RuneCountInString(rows[i].reason), 24))
+		typ.colors = append(typ.colors, color)
+		reason.cells = append(reason.cells, e.Reason)
+		if from != nil {
+			from.cells = append(from.cells, orDash(reporter(e)))
+		}
+		message.cells = append(message.cells, msg)
 	}
-	timeW := len("2006-01-02 15:04:05")
-	msgW := v.width - timeW - ageW - typeW - reasonW - 4*len(colGap)
-	var b strings.Builder
-	for i, r := range append([]row{head}, rows...) {
-		typ := pad(r.typ, typeW)
-		if i > 0 && r.typ == "Warning" {
-			typ = v.paint(sgrRed, typ)
-		}
-		line := pad(r.time, timeW) + colGap + pad(r.age, ageW) + colGap + typ + colGap +
-			pad(fit(r.reason, reasonW), reasonW) + colGap + fit(r.message, msgW)
-		line = strings.TrimRight(line, " ")
-		if i == 0 {
-			line = v.paint(sgrBold, line)
-		}
-		b.WriteString(line + "\n")
-	}
-	return b.String()
+	return t.render(v)
 }

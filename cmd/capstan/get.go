@@ -1,44 +1,31 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"golang.org/x/term"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
-	"sigs.k8s.io/yaml"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 )
 
-// defaultGetWidth is the width of `capstan get` when stdout is not a
-// terminal and --width is not given.
-const defaultGetWidth = 80
-
 // getFlags are the flags of `capstan get`.
 type getFlags struct {
-	scope     scopeFlags
-	output    string
-	noHeaders bool
-	width     int
+	scope scopeFlags
+	out   outputFlags
 }
 
 func (f *getFlags) BindFlags(fs *pflag.FlagSet) {
 	f.scope.BindFlags(fs, true)
-	fs.StringVarP(&f.output, "output", "o", "", "output format: wide (more columns, full revisions), yaml or json")
-	fs.BoolVar(&f.noHeaders, "no-headers", false, "print no header line")
-	fs.IntVar(&f.width, "width", 0, "width of the table in columns (default: the terminal's, else 80)")
+	f.out.BindFlags(fs, "source, age, full revisions and whole messages")
 }
 
 func newGetCommand() *cobra.Command {
@@ -59,13 +46,8 @@ prints the same fields for scripts.`,
   capstan get -A -o json | jq -r '.[] | select(.ready != "True") | .name'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch f.output {
-			case "", "wide", "yaml", "json":
-			default:
-				return fmt.Errorf("--output %q: expected wide, yaml or json", f.output)
-			}
-			if f.width < 0 {
-				return fmt.Errorf("--width %d: must be positive", f.width)
+			if err := f.out.validate(); err != nil {
+				return err
 			}
 			ns, err := f.scope.resolve(&cluster)
 			if err != nil {
@@ -90,44 +72,29 @@ prints the same fields for scripts.`,
 				return fmt.Errorf("ClusterDeployment %s/%s not found", ns, s.name)
 			}
 			out := cmd.OutOrStdout()
-			if len(list.Items) == 0 && (f.output == "" || f.output == "wide") {
+			if len(list.Items) == 0 && !f.out.structured() {
 				fmt.Fprintf(cmd.ErrOrStderr(), "No ClusterDeployments %s.\n", s.where())
 				return nil
 			}
 			sortDeployments(list.Items)
 			rows := getRows(list.Items)
-			switch f.output {
-			case "yaml", "json":
-				data, err := encodeRows(rows, f.output)
+			if f.out.structured() {
+				data, err := encode(rows, f.out.output)
 				if err != nil {
 					return err
 				}
 				_, err = out.Write(data)
 				return err
 			}
-			t := getTable{now: time.Now(), width: getWidth(out, f.width), wide: f.output == "wide",
-				namespaces: ns == "", noHeaders: f.noHeaders}
-			_, err = io.WriteString(out, t.render(rows))
+			v := f.out.view(out)
+			v.now = time.Now()
+			_, err = io.WriteString(out, v.renderGet(rows, ns == ""))
 			return err
 		},
 	}
 	cluster.BindFlags(cmd.Flags())
 	f.BindFlags(cmd.Flags())
 	return cmd
-}
-
-// getWidth is flag when set, else the terminal's width when out is one,
-// else defaultGetWidth.
-func getWidth(out io.Writer, flag int) int {
-	if flag > 0 {
-		return flag
-	}
-	if file, ok := out.(*os.File); ok && term.IsTerminal(int(file.Fd())) {
-		if w, _, err := term.GetSize(int(file.Fd())); err == nil && w > 0 {
-			return w
-		}
-	}
-	return defaultGetWidth
 }
 
 // getRow is one deployment as `capstan get` shows it; -o json|yaml prints
@@ -143,8 +110,14 @@ type getRow struct {
 	Ready        string `json:"ready"`
 	Phase        string `json:"phase"`
 	CurrentStage string `json:"currentStage,omitempty"`
-	StagesReady  int    `json:"stagesReady"`
-	StagesTotal  int    `json:"stagesTotal"`
+	// StagesReady and StagesTotal count the stages of this revision's
+	// walk; both are 0 when a failure stopped it before the first.
+	StagesReady int `json:"stagesReady"`
+	StagesTotal int `json:"stagesTotal"`
+	// Stage is the STAGE column: "WorkersReady 4/6", "6/6", "-".
+	Stage string `json:"stage"`
+	// Progress is how far the current stage is, when it counts.
+	Progress *capstanv1.StageProgress `json:"progress,omitempty"`
 	// LastChange is when readiness last changed.
 	LastChange *metav1.Time `json:"lastChange,omitempty"`
 	Created    metav1.Time  `json:"created"`
@@ -159,9 +132,15 @@ func getRows(items []capstanv1.ClusterDeployment) []getRow {
 		p := phase(cd)
 		r := getRow{
 			Namespace: cd.Namespace, Name: cd.Name, Revision: cd.Status.Revision, Suspended: cd.Spec.Suspend,
-			Ready: "Unknown", Phase: p, CurrentStage: cd.Status.CurrentStage,
-			StagesReady: ready(cd), StagesTotal: len(cd.Status.Stages),
+			Ready: "Unknown", Phase: p, Stage: cd.Status.StageText(),
 			Created: cd.CreationTimestamp, Source: sourceText(cd),
+		}
+		if cd.Status.StagesCurrent() {
+			r.CurrentStage = cd.Status.CurrentStage
+			r.StagesReady, r.StagesTotal = cd.Status.StagesReady(), len(cd.Status.Stages)
+			if st := stageNamed(cd, r.CurrentStage); st != nil && st.State != capstanv1.StageReady {
+				r.Progress = st.Progress
+			}
 		}
 		c := meta.FindStatusCondition(cd.Status.Conditions, capstanv1.ConditionReady)
 		if c != nil {
@@ -177,6 +156,8 @@ func getRows(items []capstanv1.ClusterDeployment) []getRow {
 			}
 		}
 		switch {
+		case p == phaseReady && sourceLine(cd, p) != "":
+			r.Message = sourceLine(cd, p)
 		case p == phaseReady && c != nil:
 			r.Message = oneLine(c.Message)
 		case p == phaseSuspended:
@@ -216,158 +197,68 @@ func sourceText(cd *capstanv1.ClusterDeployment) string {
 	return ""
 }
 
-// stageText is the STAGE column: the current stage and the stages Ready
-// out of all, "-" before there is a plan.
-func (r getRow) stageText() string {
-	if r.StagesTotal == 0 {
-		return "-"
+// renderGet draws `capstan get`: one line per deployment, the columns as
+// wide as their widest cell and the message in what is left of the
+// width. When that is less than minGetMessage, the stage, name and
+// namespace columns give up room, in that order; with fewer than
+// minMessage columns left the message is left out (-o wide, -o yaml and
+// capstan status show it). -o wide adds the source and the age, and
+// prints full revisions and whole messages, past the width.
+func (v view) renderGet(rows []getRow, namespaces bool) string {
+	t := &textTable{room: minGetMessage, dropBelow: minMessage}
+	if v.wide {
+		t.last = lastFull
 	}
-	n := fmt.Sprintf("%d/%d", r.StagesReady, r.StagesTotal)
-	if r.CurrentStage == "" || r.StagesReady == r.StagesTotal {
-		return n
-	}
-	return r.CurrentStage + " " + n
-}
-
-func encodeRows(rows []getRow, format string) ([]byte, error) {
-	if format == "yaml" {
-		return yaml.Marshal(rows)
-	}
-	// Ranges such as ">=1.0.0" stay readable: no HTML escaping.
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	err := enc.Encode(rows)
-	return b.Bytes(), err
-}
-
-// getTable draws `capstan get`: columns as wide as their widest cell, and
-// the message in what is left of width. When that is too little, the
-// stage and the name columns give up room first.
-type getTable struct {
-	now        time.Time
-	width      int
-	wide       bool
-	namespaces bool // a NAMESPACE column, for -A
-	noHeaders  bool
-}
-
-// The message wants minGetMessage columns, and the stage, name and
-// namespace columns are cut for it. It gets what remains of the width;
-// with fewer than minMessage columns left it is left out: -o wide, -o
-// yaml and capstan status show it.
-const minGetMessage = 20
-
-// getColumn is one column: its cells, and how it gives up room.
-type getColumn struct {
-	header string
-	cells  []string
-	// min is the narrowest the column may be cut to; 0 never cuts it.
-	min int
-	cut func(s string, w int) string
-}
-
-func (t getTable) render(rows []getRow) string {
-	var cols []*getColumn
-	add := func(header string, min int, cut func(string, int) string, cell func(getRow) string) {
-		c := &getColumn{header: header, min: min, cut: cut}
+	cell := func(c *column, f func(getRow) string) {
 		for _, r := range rows {
-			c.cells = append(c.cells, cell(r))
+			c.cells = append(c.cells, f(r))
 		}
-		cols = append(cols, c)
 	}
-	if t.namespaces {
-		add("NAMESPACE", 9, fit, func(r getRow) string { return r.Namespace })
+	if namespaces {
+		cell(t.add(&column{header: "NAMESPACE", min: 9}), func(r getRow) string { return r.Namespace })
+		t.shrink = append(t.shrink, 0)
 	}
-	add("NAME", 12, fit, func(r getRow) string { return r.Name })
-	add("REVISION", 0, nil, func(r getRow) string {
-		rev := r.Revision
-		if !t.wide {
-			rev = formatRevision(rev)
+	cell(t.add(&column{header: "NAME", min: 12}), func(r getRow) string { return r.Name })
+	name := len(t.cols) - 1
+	cell(t.add(&column{header: "REVISION"}), func(r getRow) string {
+		if v.wide {
+			return orDash(r.Revision)
 		}
-		return orDash(rev)
+		return orDash(formatRevision(r.Revision))
 	})
-	if t.wide {
-		add("SOURCE", 0, nil, func(r getRow) string { return orDash(r.Source) })
+	if v.wide {
+		cell(t.add(&column{header: "SOURCE"}), func(r getRow) string { return orDash(r.Source) })
 	}
-	add("SUSPENDED", 0, nil, func(r getRow) string {
+	cell(t.add(&column{header: "SUSPENDED"}), func(r getRow) string {
 		if r.Suspended {
 			return "True"
 		}
 		return "False"
 	})
-	add("READY", 0, nil, func(r getRow) string { return r.Ready })
-	add("STAGE", 5, cutStage, func(r getRow) string { return r.stageText() })
-	add("CHANGED", 0, nil, func(r getRow) string {
+	cell(t.add(&column{header: "READY"}), func(r getRow) string { return r.Ready })
+	cell(t.add(&column{header: "STAGE", min: 5, cut: cutStage}), func(r getRow) string { return r.Stage })
+	t.shrink = append([]int{len(t.cols) - 1, name}, t.shrink...)
+	cell(t.add(&column{header: "CHANGED"}), func(r getRow) string {
 		if r.LastChange == nil {
 			return "-"
 		}
-		return duration.HumanDuration(t.now.Sub(r.LastChange.Time))
+		return duration.HumanDuration(v.now.Sub(r.LastChange.Time))
 	})
-	if t.wide {
-		add("AGE", 0, nil, func(r getRow) string {
+	if v.wide {
+		cell(t.add(&column{header: "AGE"}), func(r getRow) string {
 			if r.Created.IsZero() {
 				return "-"
 			}
-			return duration.HumanDuration(t.now.Sub(r.Created.Time))
+			return duration.HumanDuration(v.now.Sub(r.Created.Time))
 		})
 	}
-
-	widths := make([]int, len(cols))
-	used := 0
-	for i, c := range cols {
-		widths[i] = len(c.header)
-		for _, s := range c.cells {
-			widths[i] = max(widths[i], utf8.RuneCountInString(s))
-		}
-		used += widths[i] + len(colGap)
-	}
-	msgW := t.width - used
-	// Too little room for the message: cut the columns that allow it,
-	// the stage first, then the name, then the namespace.
-	for _, name := range []string{"STAGE", "NAME", "NAMESPACE"} {
-		for i, c := range cols {
-			if c.header != name || msgW >= minGetMessage || widths[i] <= c.min {
-				continue
-			}
-			give := min(minGetMessage-msgW, widths[i]-c.min)
-			widths[i] -= give
-			msgW += give
-		}
-	}
-	showMessage := msgW >= minMessage
-
-	var b strings.Builder
-	line := func(cells []string, msg string) {
-		var l strings.Builder
-		for i, s := range cells {
-			if c := cols[i]; c.cut != nil {
-				s = c.cut(s, widths[i])
-			}
-			l.WriteString(pad(s, widths[i]) + colGap)
-		}
-		if showMessage {
-			l.WriteString(fit(msg, msgW))
-		}
-		b.WriteString(strings.TrimRight(l.String(), " ") + "\n")
-	}
-	if !t.noHeaders {
-		heads := make([]string, len(cols))
-		for i, c := range cols {
-			heads[i] = c.header
-		}
-		line(heads, "MESSAGE")
-	}
-	for r := range rows {
-		cells := make([]string, len(cols))
-		for i, c := range cols {
-			cells[i] = c.cells[r]
-		}
-		line(cells, rows[r].Message)
-	}
-	return b.String()
+	cell(t.add(&column{header: "MESSAGE"}), func(r getRow) string { return r.Message })
+	return t.render(v)
 }
+
+// minGetMessage is the message width the stage, name and namespace
+// columns of `capstan get` are cut for.
+const minGetMessage = 20
 
 // cutStage shortens a STAGE cell to w, keeping its "n/m" whole.
 func cutStage(s string, w int) string {

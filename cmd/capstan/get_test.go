@@ -1,9 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 )
@@ -31,24 +34,25 @@ func getFixtures() []capstanv1.ClusterDeployment {
 
 func TestGetTableGolden(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		table getTable
-		file  string
+		name       string
+		view       view
+		namespaces bool
+		file       string
 	}{
-		{"80 columns, every namespace", getTable{width: 80, namespaces: true}, "golden/get-80.txt"},
-		{"200 columns, every namespace", getTable{width: 200, namespaces: true}, "golden/get-200.txt"},
-		{"80 columns, one namespace, no headers", getTable{width: 80, noHeaders: true}, "golden/get-80-no-headers.txt"},
-		{"wide at 200 columns", getTable{width: 200, namespaces: true, wide: true}, "golden/get-wide-200.txt"},
-		{"wide at 80 columns: the message keeps its minimum", getTable{width: 80, wide: true}, "golden/get-wide-80.txt"},
+		{"80 columns, every namespace", view{width: 80}, true, "golden/get-80.txt"},
+		{"200 columns, every namespace", view{width: 200}, true, "golden/get-200.txt"},
+		{"80 columns, one namespace, no headers", view{width: 80, noHeaders: true}, false, "golden/get-80-no-headers.txt"},
+		{"wide at 200 columns", view{width: 200, wide: true}, true, "golden/get-wide-200.txt"},
+		{"wide at 80 columns: whole messages, past the width", view{width: 80, wide: true}, false, "golden/get-wide-80.txt"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.table.now = clock
-			out := tc.table.render(getRows(getFixtures()))
-			if !tc.table.wide {
-				assertFits(t, out, tc.table.width)
+			tc.view.now = clock
+			out := tc.view.renderGet(getRows(getFixtures()), tc.namespaces)
+			if !tc.view.wide {
+				assertFits(t, out, tc.view.width)
 			}
-			if got := strings.HasPrefix(out, "NAME") || strings.HasPrefix(out, "NAMESPACE"); got == tc.table.noHeaders {
-				t.Errorf("header line printed: %t, want %t", got, !tc.table.noHeaders)
+			if got := strings.HasPrefix(out, "NAME") || strings.HasPrefix(out, "NAMESPACE"); got == tc.view.noHeaders {
+				t.Errorf("header line printed: %t, want %t", got, !tc.view.noHeaders)
 			}
 			golden(t, tc.file, out)
 		})
@@ -56,7 +60,7 @@ func TestGetTableGolden(t *testing.T) {
 }
 
 func TestGetJSONGolden(t *testing.T) {
-	data, err := encodeRows(getRows(getFixtures()), "json")
+	data, err := encode(getRows(getFixtures()), "json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,9 +69,8 @@ func TestGetJSONGolden(t *testing.T) {
 
 func TestGetRefusesBadFlags(t *testing.T) {
 	for args, want := range map[string]string{
-		"get -o table": `--output "table": expected wide, yaml or json`,
-		"get -A x":     "NAME needs a namespace",
-		"get -n a -A":  "exclude each other",
+		"get -A x":    "NAME needs a namespace",
+		"get -n a -A": "exclude each other",
 	} {
 		_, err := runCLI(t, append(strings.Fields(args), "--kubeconfig", "/nonexistent")...)
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -77,16 +80,26 @@ func TestGetRefusesBadFlags(t *testing.T) {
 }
 
 func TestStageTextShowsTheStageAndTheCounts(t *testing.T) {
+	stages := func(states ...capstanv1.StageState) []capstanv1.StageStatus {
+		var out []capstanv1.StageStatus
+		for i, s := range states {
+			out = append(out, capstanv1.StageStatus{Name: fmt.Sprint("S", i), State: s})
+		}
+		return out
+	}
+	r, p := capstanv1.StageReady, capstanv1.StagePending
 	for _, tc := range []struct {
-		row  getRow
-		want string
+		status capstanv1.ClusterDeploymentStatus
+		want   string
 	}{
-		{getRow{}, "-"},
-		{getRow{CurrentStage: "Workers", StagesReady: 2, StagesTotal: 5}, "Workers 2/5"},
-		{getRow{StagesReady: 5, StagesTotal: 5}, "5/5"},
+		{capstanv1.ClusterDeploymentStatus{}, "-"},
+		{capstanv1.ClusterDeploymentStatus{CurrentStage: "S2", Stages: stages(r, r, p, p, p)}, "S2 2/5"},
+		{capstanv1.ClusterDeploymentStatus{Stages: stages(r, r)}, "2/2"},
+		{capstanv1.ClusterDeploymentStatus{Stages: stages(r, r), Conditions: []metav1.Condition{
+			cond(capstanv1.ConditionReady, metav1.ConditionFalse, "RenderFailed", "x")}}, "-"},
 	} {
-		if got := tc.row.stageText(); got != tc.want {
-			t.Errorf("stageText(%+v) = %q, want %q", tc.row, got, tc.want)
+		if got := tc.status.StageText(); got != tc.want {
+			t.Errorf("StageText(%+v) = %q, want %q", tc.status, got, tc.want)
 		}
 	}
 	if got := cutStage("ControllersEnabledAfterPivot 10/15", 14); got != "Control… 10/15" {

@@ -134,8 +134,8 @@ func outcome(cd *capstanv1.ClusterDeployment, requested string) (done bool, stat
 		return true, p, fmt.Errorf("ClusterDeployment %s/%s was suspended while waiting", cd.Namespace, cd.Name)
 	}
 	state = p
-	if cd.Status.CurrentStage != "" {
-		state += fmt.Sprintf(", at stage %s (%d/%d ready)", cd.Status.CurrentStage, ready(cd), len(cd.Status.Stages))
+	if cd.Status.CurrentStage != "" && cd.Status.StagesCurrent() {
+		state += fmt.Sprintf(", at stage %s (%d/%d ready)", cd.Status.CurrentStage, cd.Status.StagesReady(), len(cd.Status.Stages))
 	}
 	if c := meta.FindStatusCondition(cd.Status.Conditions, capstanv1.ConditionReady); c != nil && c.Message != "" {
 		state += ": " + oneLine(c.Message)

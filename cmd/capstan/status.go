@@ -2,22 +2,18 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"golang.org/x/term"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/reconciler"
@@ -86,15 +82,15 @@ func (f *clusterFlags) client() (client.WithWatch, error) {
 
 // statusFlags are the flags of `capstan status`.
 type statusFlags struct {
-	scope  scopeFlags
-	watch  bool
-	output string
+	scope scopeFlags
+	watch bool
+	out   outputFlags
 }
 
 func (f *statusFlags) BindFlags(fs *pflag.FlagSet) {
 	f.scope.BindFlags(fs, true)
 	fs.BoolVarP(&f.watch, "watch", "w", false, "redraw whenever a ClusterDeployment changes, until interrupted")
-	fs.StringVarP(&f.output, "output", "o", "", "output format: yaml or json (default: a table per deployment)")
+	f.out.BindFlags(fs, "full revisions, objects per stage, whole messages wrapped")
 }
 
 func newStatusCommand() *cobra.Command {
@@ -104,34 +100,45 @@ func newStatusCommand() *cobra.Command {
 		Use:   "status [CLUSTER]",
 		Short: "Show the stages of ClusterDeployments: a progress bar and a table per deployment",
 		Long: `Status reads ClusterDeployments from the cluster and prints, for each, its
-state, revision, a progress bar of stages Ready and a table of its stages
-(state, age, attempts and what the stage waits for). With --watch it
-redraws whenever a ClusterDeployment changes. Colour only on a terminal
-(and never with NO_COLOR set); every line fits 100 columns.`,
+state, revision, a progress bar of stages Ready (with how far the current
+stage is: objects ready, machines rolled out) and a table of its stages
+(state, progress, age, attempts and what the stage waits for). A failure
+before the first stage (source, render, preflight) is shown alone, every
+line of it: the stages in status are then an earlier revision's.
+
+Every line fits the terminal's width (80 columns when stdout is not a
+terminal, unless $COLUMNS or --width say otherwise); messages are cut to
+it, or wrapped whole with -o wide. Colour only on a terminal (never with
+NO_COLOR set). With --watch it redraws whenever a ClusterDeployment
+changes.`,
 		Example: `  capstan status -A
   capstan status mgmt-east -n capstan-system --watch
+  capstan status mgmt-east -o wide --width 120
   capstan status mgmt-east -o json | jq '.[0].stages[] | select(.stuck)'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if f.output != "" && f.output != "yaml" && f.output != "json" {
-				return fmt.Errorf("--output %q: expected yaml or json", f.output)
+			if err := f.out.validate(); err != nil {
+				return err
 			}
 			ns, err := f.scope.resolve(&cluster)
 			if err != nil {
 				return err
 			}
+			if len(args) == 1 && ns == "" {
+				return errors.New("CLUSTER needs a namespace: use -n, not -A")
+			}
 			c, err := cluster.client()
 			if err != nil {
 				return err
 			}
-			s := &statusCommand{client: c, namespace: ns, output: f.output, out: cmd.OutOrStdout()}
+			s := &statusCommand{client: c, namespace: ns, out: cmd.OutOrStdout()}
+			if f.out.structured() {
+				s.output = f.out.output
+			}
 			if len(args) == 1 {
-				if ns == "" {
-					return errors.New("CLUSTER needs a namespace: use -n, not -A")
-				}
 				s.name = args[0]
 			}
-			s.view = terminalView(s.out)
+			s.flags = f.out
 			if f.watch {
 				return s.watch(cmd.Context())
 			}
@@ -143,35 +150,15 @@ redraws whenever a ClusterDeployment changes. Colour only on a terminal
 	return cmd
 }
 
-// terminalView draws in colour, as wide as the terminal allows, when out is
-// a terminal; else plain and 100 columns wide.
-func terminalView(out io.Writer) view {
-	v := view{now: time.Now(), width: maxWidth}
-	file, ok := out.(*os.File)
-	if !ok || !term.IsTerminal(int(file.Fd())) {
-		return v
-	}
-	v.color = os.Getenv("NO_COLOR") == "" && os.Getenv("TERM") != "dumb"
-	if w, _, err := term.GetSize(int(file.Fd())); err == nil && w > 0 {
-		v.width = max(minWidth, min(maxWidth, w))
-	}
-	return v
-}
-
-// isTerminal tells whether the view draws on a terminal (it redraws in
-// place there).
-func (s *statusCommand) isTerminal() bool {
-	file, ok := s.out.(*os.File)
-	return ok && term.IsTerminal(int(file.Fd()))
-}
-
 type statusCommand struct {
 	client    client.WithWatch
 	namespace string // "" for all namespaces
 	name      string // "" for every deployment
-	output    string
+	output    string // yaml or json; "" draws tables
 	out       io.Writer
-	view      view
+	// flags say how to draw; read at each frame, so that a watch follows
+	// a terminal that is resized.
+	flags outputFlags
 }
 
 func (s *statusCommand) listOptions() []client.ListOption {
@@ -212,13 +199,13 @@ func (s *statusCommand) once(ctx context.Context) error {
 func (s *statusCommand) render(items []capstanv1.ClusterDeployment) string {
 	sortDeployments(items)
 	if s.output != "" {
-		data, err := encodeSummaries(summarize(items), s.output)
+		data, err := encode(summarize(items), s.output)
 		if err != nil {
 			return fmt.Sprintf("encode: %v\n", err)
 		}
 		return string(data)
 	}
-	v := s.view
+	v := s.flags.view(s.out)
 	v.now = time.Now()
 	return v.renderFrame(items, s.where())
 }
@@ -241,7 +228,7 @@ func (s *statusCommand) watch(ctx context.Context) error {
 			return nil
 		}
 		last = frame
-		if s.isTerminal() && s.output == "" {
+		if isTerminal(s.out) && s.output == "" {
 			frame = clearScreen + frame
 		} else if s.output == "" {
 			frame += "\n"
@@ -325,15 +312,18 @@ func (s *statusCommand) follow(ctx context.Context, w watch.Interface, items map
 
 // deploymentSummary is what -o json|yaml prints per deployment.
 type deploymentSummary struct {
-	Namespace    string                  `json:"namespace"`
-	Name         string                  `json:"name"`
-	Phase        string                  `json:"phase"`
-	Revision     string                  `json:"revision,omitempty"`
-	StagesReady  int                     `json:"stagesReady"`
-	StagesTotal  int                     `json:"stagesTotal"`
-	CurrentStage string                  `json:"currentStage,omitempty"`
-	Message      string                  `json:"message,omitempty"`
-	Stages       []capstanv1.StageStatus `json:"stages"`
+	Namespace    string `json:"namespace"`
+	Name         string `json:"name"`
+	Phase        string `json:"phase"`
+	Revision     string `json:"revision,omitempty"`
+	StagesReady  int    `json:"stagesReady"`
+	StagesTotal  int    `json:"stagesTotal"`
+	CurrentStage string `json:"currentStage,omitempty"`
+	Message      string `json:"message,omitempty"`
+	// StagesStale is set when a failure before the first stage stopped
+	// the revision: Stages are then an earlier walk's, and not counted.
+	StagesStale bool                    `json:"stagesStale,omitempty"`
+	Stages      []capstanv1.StageStatus `json:"stages"`
 }
 
 func summarize(items []capstanv1.ClusterDeployment) []deploymentSummary {
@@ -343,20 +333,17 @@ func summarize(items []capstanv1.ClusterDeployment) []deploymentSummary {
 		p := phase(cd)
 		out[i] = deploymentSummary{
 			Namespace: cd.Namespace, Name: cd.Name, Phase: p, Revision: cd.Status.Revision,
-			StagesReady: ready(cd), StagesTotal: len(cd.Status.Stages), CurrentStage: cd.Status.CurrentStage,
 			Message: reasonLine(cd, p), Stages: cd.Status.Stages,
+		}
+		if cd.Status.StagesCurrent() {
+			out[i].StagesReady, out[i].StagesTotal = cd.Status.StagesReady(), len(cd.Status.Stages)
+			out[i].CurrentStage = cd.Status.CurrentStage
+		} else {
+			out[i].StagesStale = true
 		}
 		if out[i].Stages == nil {
 			out[i].Stages = []capstanv1.StageStatus{}
 		}
 	}
 	return out
-}
-
-func encodeSummaries(s []deploymentSummary, format string) ([]byte, error) {
-	if format == "yaml" {
-		return yaml.Marshal(s)
-	}
-	data, err := json.MarshalIndent(s, "", "  ")
-	return append(data, '\n'), err
 }
