@@ -164,8 +164,10 @@ func runDev(ctx context.Context, stdout io.Writer, f devFlags) (err error) {
 	}
 	defer func() {
 		if err := r.ws.Close(); err != nil {
-			fmt.Fprintln(out, err)
+			r.p.step("stopped; %v", err)
+			return
 		}
+		r.p.step("stopped; removed %s and %s", r.ws.Dir, r.ws.Kubeconfig)
 	}()
 	if r.serve, err = resolveDevServe(f.listen, f.flags, r.ws.Path("webhook-token")); err != nil {
 		return err

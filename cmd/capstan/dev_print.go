@@ -89,6 +89,16 @@ func (p *devPrinter) transitions(prefix string, cd *capstanv1.ClusterDeployment,
 	}
 }
 
+// restart forgets when the stages of a deployment started: a new
+// revision walks them again, and each is timed from its new start.
+func (p *devPrinter) restart(name string) {
+	for key := range p.started {
+		if strings.HasPrefix(key, name+"/") {
+			delete(p.started, key)
+		}
+	}
+}
+
 // summary prints each stage's duration, as the printer saw it (to 0.2 s),
 // once the deployment is Ready.
 func (p *devPrinter) summary(prefix string, cd *capstanv1.ClusterDeployment) {

@@ -145,6 +145,7 @@ func (w *devWatch) look(ctx context.Context) error {
 			}
 			t.rev, t.gen, t.said = cd.Status.Revision, cd.Generation, ""
 			clear(t.seen)
+			w.p.restart(cd.Name)
 		}
 		prefix := ""
 		if w.only == "" {
