@@ -26,4 +26,3 @@ func TestDevListenAddressTaken(t *testing.T) {
 		t.Errorf(`"0": %q, %v; want it off`, addr, err)
 	}
 }
-

@@ -119,4 +119,3 @@ func TestDevSweepsWorkspacesOfDeadRuns(t *testing.T) {
 		t.Errorf("the workspace of a live run was removed: %v", err)
 	}
 }
-
