@@ -79,15 +79,16 @@ func TestDevStaysOnABrokenExampleAndCleansUpAfterSIGTERM(t *testing.T) {
 
 // With its output closed early (piped into head, which exited), `capstan
 // dev` stops instead of dying of SIGPIPE: it says why on stderr, and
-// leaves no file and no process behind.
+// leaves no file (the git repository of examples/ included) and no
+// process behind.
 func TestDevCleansUpWhenItsOutputCloses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a second control plane")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	d := startDev(ctx, t, "dev", "--dir", copyExamples(t), "--sim-speed", "20")
-	d.waitLine("the control plane", func(l string) bool { return strings.Contains(l, "export KUBECONFIG=") })
+	d := startDev(ctx, t, "dev", "--sim-speed", "20")
+	d.waitLine("the git repository", func(l string) bool { return strings.Contains(l, "root source: http") })
 	children := d.processes()
 	if len(children) < 2 {
 		t.Errorf("found %d processes of capstan dev (%v), want etcd and kube-apiserver at least", len(children), children)

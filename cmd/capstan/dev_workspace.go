@@ -186,8 +186,8 @@ type devKubeContext struct {
 func (ws *devWorkspace) Close() error {
 	var errs []error
 	if ws.lock != nil {
-		// Removed before the lock is released: a run waiting for it then
-		// finds the file gone and creates its own.
+		// Removed before the lock is released: a run that opened the file
+		// meanwhile and gets the lock next sees that it is gone (sameFile).
 		if err := os.Remove(ws.Kubeconfig); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("remove the kubeconfig: %w", err))
 		}
