@@ -37,27 +37,21 @@ type devServe struct {
 func resolveDevServe(f listenFlags, changed *pflag.FlagSet, tokenFile string) (*devServe, error) {
 	s := &devServe{}
 	var errs []error
-	for _, a := range []struct {
-		flag string
-		addr string
-		out  *string
-	}{
-		{"metrics-addr", f.metricsAddr, &s.metricsAddr},
-		{"health-addr", f.healthAddr, &s.healthAddr},
-		{"webhook-addr", f.webhookAddr, new(string)},
-	} {
-		addr, note, err := checkListenAddr(a.flag, a.addr, changed != nil && changed.Changed(a.flag))
+	check := func(flag, addr string) string {
+		got, note, err := checkListenAddr(flag, addr, changed != nil && changed.Changed(flag))
 		if err != nil {
 			errs = append(errs, err)
 		}
 		if note != "" {
 			s.notes = append(s.notes, note)
 		}
-		*a.out = addr
-		if a.flag == "webhook-addr" && addr != "0" && addr != "" {
-			f.webhookAddr = addr
-			s.webhook = f.webhook()
-		}
+		return got
+	}
+	s.metricsAddr = check("metrics-addr", f.metricsAddr)
+	s.healthAddr = check("health-addr", f.healthAddr)
+	if addr := check("webhook-addr", f.webhookAddr); addr != "0" {
+		f.webhookAddr = addr
+		s.webhook = f.webhook()
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
