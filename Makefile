@@ -41,8 +41,11 @@ set-image: ## Point manifests/kustomization.yaml (what `kubectl apply -k manifes
 	$(GO) run ./internal/image/cmd/capstan-image set-image --kustomization manifests/kustomization.yaml \
 		--name capstan --ref $(IMAGE)
 
-dev: tools ## The demo: a local control plane, examples/ in a local git repository, the provider simulator and the reconciler; shows the mgmt cluster's stages until Ready
-	$(GO) run ./cmd/capstan dev $(DEV_FLAGS)
+# dev installs nothing: it needs Go and git (for the repository it serves;
+# DEV_FLAGS=--dir=examples reads the files in place without git). The
+# first run builds the control plane into the cache, as `make testbin` does.
+dev: build ## The demo: a local control plane, examples/ in a local git repository, the provider simulator and the reconciler; shows the mgmt cluster's stages until Ready, then follows pushes until Ctrl-C (docs/dev.md)
+	$(BIN) dev $(DEV_FLAGS)
 
 tools: ## Install the Debian packages the tests use (git, gnupg and openssh-client for signed commits, prometheus for promtool and the alert e2e, containerd and runc for the test node)
 	@command -v git >/dev/null || (apt-get update && apt-get install -y --no-install-recommends git)

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -108,78 +107,30 @@ func capstanBinary(t *testing.T) string {
 
 // `capstan dev --dir` reads a directory in place: an edit to a file shows
 // up as a new revision within a second, and the cluster is walked to Ready
-// again at it.
+// again at it. Ctrl-C then stops it, leaving nothing behind.
 func TestDevDirShowsAnEditWithinASecond(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a second control plane")
 	}
-	bin := capstanBinary(t)
-	dir := t.TempDir()
-	if err := os.CopyFS(dir, os.DirFS("../examples")); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	dev := exec.CommandContext(ctx, bin, "dev", "--dir", dir, "--sim-speed", "10")
-	dev.Dir = ".."
-	dev.Cancel = func() error { return dev.Process.Signal(os.Interrupt) }
-	dev.WaitDelay = 30 * time.Second
-	stdout, err := dev.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev.Stderr = dev.Stdout
-	if err := dev.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string, 256)
-	var output strings.Builder
-	go func() {
-		defer close(lines)
-		scanner := bufio.NewScanner(stdout)
-		for scanner.Scan() {
-			lines <- scanner.Text()
-		}
-	}()
-	waitLine := func(what string, match func(string) bool) {
-		t.Helper()
-		for {
-			select {
-			case line, ok := <-lines:
-				if !ok {
-					t.Fatalf("capstan dev ended before %s:\n%s", what, output.String())
-				}
-				output.WriteString(line + "\n")
-				if match(line) {
-					return
-				}
-			case <-ctx.Done():
-				t.Fatalf("no %s before the deadline:\n%s", what, output.String())
-			}
-		}
-	}
-	waitLine("every deployment Ready", func(l string) bool { return strings.Contains(l, "after start") })
+	dir := copyExamples(t)
+	d := startDev(ctx, t, "dev", "--dir", dir, "--sim-speed", "10")
+	d.waitLine("every deployment Ready", func(l string) bool { return strings.Contains(l, "after start") })
+	children := d.processes()
 
-	hosts := filepath.Join(dir, "clusters", "mgmt", "overlay", "hosts.yaml")
-	content, err := os.ReadFile(hosts)
-	if err != nil {
-		t.Fatal(err)
-	}
 	edited := time.Now()
-	if err := os.WriteFile(hosts, []byte(strings.Replace(string(content), "password: change-me", "password: rotated", 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	waitLine("a new revision", func(l string) bool { return strings.Contains(l, "new revision") })
+	replaceInFile(t, filepath.Join(dir, devHostsFile), "password: change-me", "password: rotated")
+	d.waitLine("a new revision", func(l string) bool { return strings.Contains(l, "new revision") })
 	seen := time.Since(edited)
-	waitLine("Ready at the new revision", func(l string) bool { return strings.Contains(l, "mgmt is Ready at") })
+	d.waitLine("Ready at the new revision", func(l string) bool { return strings.Contains(l, "mgmt is Ready at") })
 	t.Logf("edit -> new revision shown in %s, Ready again in %s", seen.Round(time.Millisecond), time.Since(edited).Round(time.Millisecond))
 
-	if err := dev.Process.Signal(os.Interrupt); err != nil {
+	if err := d.cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
-	for range lines {
+	if err := d.wait(); err != nil {
+		t.Errorf("capstan dev after Ctrl-C: %v\n%s", err, d.output())
 	}
-	if err := dev.Wait(); err != nil {
-		t.Errorf("capstan dev after Ctrl-C: %v\n%s", err, output.String())
-	}
+	d.checkNothingLeft(children)
 }

@@ -4,17 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capstan-dev/capstan/internal/sim"
@@ -37,21 +34,23 @@ type devClusters struct {
 }
 
 // startDevClusters starts the bootstrap control plane and the target one
-// side by side, each with kube-controller-manager (Deployments get
-// ReplicaSets and Pods, which the simulated kubelet runs) and the CRDs of
-// Capstan and the providers: the target's Helm bundle would install the
-// latter, and a move needs them served before it copies anything.
-func startDevClusters(ctx context.Context, out io.Writer, crds []string) (*devClusters, error) {
+// side by side, in dirs of ws, each with kube-controller-manager
+// (Deployments get ReplicaSets and Pods, which the simulated kubelet runs)
+// and the CRDs of Capstan and the providers: the target's Helm bundle
+// would install the latter, and a move needs them served before it copies
+// anything.
+func startDevClusters(ctx context.Context, out io.Writer, ws *devWorkspace, crds []string) (*devClusters, error) {
 	progress := &syncWriter{w: out}
 	var dc devClusters
 	g, gctx := errgroup.WithContext(ctx)
 	for _, c := range []struct {
 		env    **testenv.Env
+		name   string
 		prefix string
-	}{{&dc.bootstrap, "    bootstrap: "}, {&dc.target, "    target:    "}} {
+	}{{&dc.bootstrap, "bootstrap", "    bootstrap: "}, {&dc.target, "target", "    target:    "}} {
 		g.Go(func() error {
 			env, err := testenv.Start(gctx, testenv.Options{CRDDirs: crds, ControllerManager: true,
-				Progress: &indent{w: progress, prefix: c.prefix}})
+				Progress: &indent{w: progress, prefix: c.prefix}, Dir: ws.Path(c.name)})
 			*c.env = env
 			return err
 		})
@@ -86,37 +85,32 @@ func (s *syncWriter) Write(b []byte) (int, error) {
 	return s.w.Write(b)
 }
 
-// runDevBootstrap is `capstan dev --scenario bootstrap`: a bootstrap
-// control plane and a target one, the simulated providers and a
-// simulated kubelet on both, the Capstan of the bootstrap cluster with
-// examples/ as its root source, and the Capstan of the target as a second
-// daemon in this process. The first walks the bootstrap profile's stages
-// up to the pivot, which moves the deployment into the target; the second
-// finishes there.
-func runDevBootstrap(ctx context.Context, out io.Writer, f devFlags) error {
-	begin := time.Now()
-	p := &devPrinter{out: out, begin: begin}
-	if f.verbose {
-		ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil)))
-	} else {
-		ctrl.SetLogger(logr.Discard())
-	}
-	repo, err := testenv.RepoRoot()
-	if err != nil {
-		return fmt.Errorf("capstan dev runs from a checkout of the Capstan repository (it builds the control planes from e2e/testbin and reads examples/): %w", err)
-	}
+// bootstrap is `capstan dev --scenario bootstrap`: a bootstrap control
+// plane and a target one, the simulated providers and a simulated kubelet
+// on both, the Capstan of the bootstrap cluster with examples/ as its
+// root source, and the Capstan of the target as a second daemon in this
+// process. The first walks the bootstrap profile's stages up to the
+// pivot, which moves the deployment into the target; the second finishes
+// there. The bootstrap's daemon serves the metrics (of both: they share
+// the registry), probes and webhook.
+func (r *devRun) bootstrap(ctx context.Context) error {
+	f, p := r.f, r.p
 	providers, err := testenv.ProviderCRDDirs(ctx)
 	if err != nil {
 		return fmt.Errorf("provider CRDs: %w", err)
 	}
 	p.step("two control planes on loopback, the bootstrap cluster and the one it builds: etcd, kube-apiserver and kube-controller-manager each (the first run builds them from source, ~15 min on 2 cores)")
-	dc, err := startDevClusters(ctx, out, append([]string{filepath.Join(repo, "manifests", "crds")}, providers...))
+	dc, err := startDevClusters(ctx, r.out, r.ws, append([]string{filepath.Join(r.repo, "manifests", "crds")}, providers...))
 	if err != nil {
 		return err
 	}
-	defer dc.stop(out)
-	p.step("bootstrap cluster ready; kubectl --kubeconfig %s get clusterdeployments -A", dc.bootstrap.KubeconfigPath)
-	p.step("target cluster ready:    kubectl --kubeconfig %s get clusterdeployments -A", dc.target.KubeconfigPath)
+	defer dc.stop(r.out)
+	const targetContext = devContext + "-target"
+	if err := r.ws.WriteKubeconfig([]devKubeContext{{Name: devContext, Config: dc.bootstrap.Config}, {Name: targetContext, Config: dc.target.Config}}); err != nil {
+		return err
+	}
+	p.step("both control planes ready: context %s is the bootstrap cluster, %s the target", devContext, targetContext)
+	p.lines(devKubeconfigHint(r.ws, []string{devContext, targetContext}))
 	ready := time.Now()
 	kubeconfig, err := os.ReadFile(dc.target.KubeconfigPath)
 	if err != nil {
@@ -134,93 +128,82 @@ func runDevBootstrap(ctx context.Context, out io.Writer, f devFlags) error {
 	if err := ensureDevNamespace(ctx, boot); err != nil {
 		return err
 	}
-	root, closeRoot, err := devRoot(ctx, p, repo, f)
+	root, closeRoot, err := devRoot(ctx, p, r.repo, r.ws.Path("git"), f)
 	if err != nil {
 		return err
 	}
 	defer closeRoot()
 
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	errc := make(chan error, 8)
+	comps := newDevComponents(ctx)
+	defer comps.stop(p)
 	components, err := devBootstrapComponents(p, dc, kubeconfig, f)
 	if err != nil {
 		return err
 	}
 	for name, run := range components {
-		go func() { errc <- named(name, run(runCtx)) }()
+		comps.start(name, run)
 	}
-	startDaemon := func(name string, tune func(*reconciler.Options)) error {
-		opts := reconciler.DefaultOptions()
-		opts.MetricsAddr, opts.HealthAddr = "0", "0"
-		opts.Reconciler.WaitSlice = 5 * time.Second
-		// One daemon per throw-away control plane: nothing to elect.
-		opts.LeaderElection.Enabled = false
-		tune(&opts)
-		daemon, err := reconciler.New(opts)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		go func() { errc <- named(name, daemon.Run(runCtx)) }()
-		return nil
-	}
-	err = startDaemon("bootstrap reconciler", func(o *reconciler.Options) {
-		o.Config, o.Root, o.ClusterName = dc.bootstrap.Config, root, "bootstrap"
-	})
+	bootOpts := r.daemonOptions(dc.bootstrap, root, true)
+	bootOpts.ClusterName = "bootstrap"
+	daemon, err := reconciler.New(bootOpts)
 	if err != nil {
-		return err
+		return fmt.Errorf("bootstrap reconciler: %w", err)
 	}
+	comps.start("bootstrap reconciler", daemon.Run)
 	p.step("simulators (providers, kubelets; LCM agents in the target) and the bootstrap Capstan running")
+	p.lines(r.serve.lines(daemon.WebhookURL(), root.URL, root.Branch))
 
 	// The Capstan of the target starts once the deployment arrived there,
 	// as one installed by the pivot would: with the same root source, which
 	// before the move would create the deployment there, and the move
 	// refuses a deployment it did not create.
-	tRoot, closeTargetRoot, err := targetRoot(root, f)
+	tRoot, err := targetRoot(root, f)
 	if err != nil {
 		return err
 	}
-	defer closeTargetRoot()
 	arrived := func() error {
 		p.step("target Capstan: a second daemon in this process (no node to run a pod here)")
-		return startDaemon("target reconciler", func(o *reconciler.Options) {
-			o.Config, o.Root, o.ClusterName = dc.target.Config, tRoot, "target"
-		})
-	}
-
-	watchCtx := runCtx
-	if f.exitWhenReady && f.timeout > 0 {
-		var cancel context.CancelFunc
-		watchCtx, cancel = context.WithDeadline(runCtx, ready.Add(f.timeout))
-		defer cancel()
-	}
-	w := &pivotWatch{boot: boot, target: target, p: p, only: f.cluster, errc: errc, arrived: arrived,
-		bp: &devPrinter{out: out, begin: begin}, tp: &devPrinter{out: out, begin: begin}}
-	if err := w.untilDone(watchCtx); err != nil {
-		return err
-	}
-	w.summary(ctx)
-	p.step("%s Ready in the target cluster, %s after start", w.name, time.Since(begin).Round(100*time.Millisecond))
-	if f.exitWhenReady {
+		opts := r.daemonOptions(dc.target, tRoot, false)
+		opts.ClusterName = "target"
+		d, err := reconciler.New(opts)
+		if err != nil {
+			return fmt.Errorf("target reconciler: %w", err)
+		}
+		comps.start("target reconciler", d.Run)
 		return nil
 	}
-	p.step("still running: push to the repository and watch the target's Capstan roll it out; Ctrl-C stops")
-	return w.keepFollowing(ctx)
+
+	watchCtx := ctx
+	if f.exitWhenReady && f.timeout > 0 {
+		var cancel context.CancelFunc
+		watchCtx, cancel = context.WithDeadline(ctx, ready.Add(f.timeout))
+		defer cancel()
+	}
+	w := &pivotWatch{boot: boot, target: target, p: p, only: f.cluster, arrived: arrived,
+		root: rootWatch{status: daemon.RootStatus},
+		bp:   &devPrinter{out: r.out, begin: p.begin}, tp: &devPrinter{out: r.out, begin: p.begin}}
+	return follow(watchCtx, w, comps.errc, followOptions{exitWhenReady: f.exitWhenReady, ready: func() {
+		w.summary(ctx)
+		p.step("%s Ready in the target cluster, %s after start", w.name, time.Since(p.begin).Round(100*time.Millisecond))
+		if !f.exitWhenReady {
+			p.step("still running: push to the repository and watch the target's Capstan roll it out; Ctrl-C stops")
+		}
+	}})
 }
 
 // targetRoot is the root source of the target's Capstan: the same
 // repository, or the same directory read by a source of its own.
-func targetRoot(root *reconciler.RootOptions, f devFlags) (*reconciler.RootOptions, func(), error) {
+func targetRoot(root *reconciler.RootOptions, f devFlags) (*reconciler.RootOptions, error) {
 	out := *root
 	if f.dir == "" {
-		return &out, func() {}, nil
+		return &out, nil
 	}
 	src, err := dir.New(dir.Options{Path: f.dir})
 	if err != nil {
-		return nil, nil, fmt.Errorf("--dir: %w", err)
+		return nil, fmt.Errorf("--dir: %w", err)
 	}
 	out.Source = src
-	return &out, func() {}, nil
+	return &out, nil
 }
 
 // devBootstrapComponents are the simulated parts of both clusters, by

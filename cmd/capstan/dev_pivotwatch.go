@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -27,7 +26,7 @@ type pivotWatch struct {
 	// PivotDone has a time in each.
 	bp, tp *devPrinter
 	only   string
-	errc   <-chan error
+	root   rootWatch
 
 	// arrived is called once, when the deployment is in the target and
 	// no longer suspended: the move handed it over.
@@ -38,14 +37,19 @@ type pivotWatch struct {
 	bootSeen, tgtSeen map[string]string
 	phase             capstanv1.PivotPhase
 	landed            bool
+	// said is the Stalled message printed last, per cluster.
+	said map[string]string
 }
 
-// look reads the deployment in both clusters and prints what changed.
-// It returns an error when either is Stalled.
+var _ devFollower = (*pivotWatch)(nil)
+
+// look reads the deployment in both clusters and prints what changed,
+// a stall included. It fails only when the target's Capstan cannot start.
 func (w *pivotWatch) look(ctx context.Context) error {
 	if w.bootSeen == nil {
-		w.bootSeen, w.tgtSeen = map[string]string{}, map[string]string{}
+		w.bootSeen, w.tgtSeen, w.said = map[string]string{}, map[string]string{}, map[string]string{}
 	}
+	w.root.look(w.p)
 	if w.name == "" {
 		list := &capstanv1.ClusterDeploymentList{}
 		if err := w.boot.List(ctx, list, client.InNamespace(devNamespace)); err != nil || len(list.Items) == 0 {
@@ -95,22 +99,38 @@ func (w *pivotWatch) look(ctx context.Context) error {
 		w.targetCD = there
 		w.tp.transitions("target", there, w.tgtSeen)
 	}
-	var stalled []string
-	for _, c := range []struct {
-		where string
-		cd    *capstanv1.ClusterDeployment
-	}{{"bootstrap", w.bootCD}, {"target", w.targetCD}} {
-		if c.cd == nil {
-			continue
+	for where, cd := range w.clusters() {
+		msg := stalledMessage(cd)
+		if msg != "" && msg != w.said[where] {
+			w.p.step("%s stalled in the %s cluster: %s\nstill following: fix the cause in the source, or Ctrl-C", w.name, where, msg)
 		}
-		if st := devCondition(c.cd, capstanv1.ConditionStalled); st != nil && st.Status == metav1.ConditionTrue {
-			stalled = append(stalled, fmt.Sprintf("%s stalled in the %s cluster: %s", w.name, c.where, st.Message))
-		}
-	}
-	if len(stalled) > 0 {
-		return errors.New(strings.Join(stalled, "; "))
+		w.said[where] = msg
 	}
 	return nil
+}
+
+// clusters are the copies of the deployment seen so far, by cluster.
+func (w *pivotWatch) clusters() map[string]*capstanv1.ClusterDeployment {
+	out := map[string]*capstanv1.ClusterDeployment{}
+	if w.bootCD != nil {
+		out["bootstrap"] = w.bootCD
+	}
+	if w.targetCD != nil {
+		out["target"] = w.targetCD
+	}
+	return out
+}
+
+func (w *pivotWatch) stalled() error {
+	var errs []error
+	for _, where := range []string{"bootstrap", "target"} {
+		if cd := w.clusters()[where]; cd != nil {
+			if msg := stalledMessage(cd); msg != "" {
+				errs = append(errs, fmt.Errorf("%s stalled in the %s cluster: %s", w.name, where, msg))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // done: every stage Ready in the target, and the pivot stage Ready in the
@@ -131,14 +151,6 @@ func isPivot(cd *capstanv1.ClusterDeployment, stage string) bool {
 	return i >= 0 && specs[i].Action == capstanv1.StageActionPivot
 }
 
-func (w *pivotWatch) untilDone(ctx context.Context) error {
-	return pollUntil(ctx, w.errc, w.look, w.done, w.stuckError)
-}
-
-func (w *pivotWatch) keepFollowing(ctx context.Context) error {
-	return keepPolling(ctx, w.errc, w.look)
-}
-
 // stuckError names where the scenario stopped: the first stage not Ready
 // in the cluster that has the deployment's walk, or the handover.
 func (w *pivotWatch) stuckError(cause error) error {
@@ -146,7 +158,7 @@ func (w *pivotWatch) stuckError(cause error) error {
 		return cause
 	}
 	if w.bootCD == nil {
-		return fmt.Errorf("no ClusterDeployment appeared in %s of the bootstrap cluster: is one committed under --path?", devNamespace)
+		return errors.Join(fmt.Errorf("no ClusterDeployment appeared in %s of the bootstrap cluster: is one committed under --path?", devNamespace), w.root.err())
 	}
 	where, cd := "bootstrap", w.bootCD
 	if w.targetCD != nil && !isDeploymentReady(w.targetCD) {

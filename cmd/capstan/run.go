@@ -108,24 +108,35 @@ func (f *rootFlags) options(limits reconciler.ArtifactOptions) (*reconciler.Root
 	}, nil
 }
 
+// listenFlags say where the daemon serves metrics, probes and the push
+// receiver; `run` and `dev` share them.
+type listenFlags struct {
+	metricsAddr, healthAddr, webhookAddr string
+}
+
+// BindFlags binds the flags with these defaults.
+func (f *listenFlags) BindFlags(fs *pflag.FlagSet, defaults listenFlags) {
+	fs.StringVar(&f.metricsAddr, "metrics-addr", defaults.metricsAddr, `address of the Prometheus metrics endpoint; "0" disables it`)
+	fs.StringVar(&f.healthAddr, "health-addr", defaults.healthAddr, `address of /healthz and /readyz; "0" disables it`)
+	fs.StringVar(&f.webhookAddr, "webhook-addr", defaults.webhookAddr, `address of the push receiver (POST /hook/github|gitlab|gitea|generic), e.g. ":9292"; secrets come from $CAPSTAN_WEBHOOK_GITHUB_SECRET, $CAPSTAN_WEBHOOK_GITLAB_TOKEN, $CAPSTAN_WEBHOOK_GITEA_SECRET, $CAPSTAN_WEBHOOK_TOKEN`)
+}
+
 // daemonFlags tune the daemon.
 type daemonFlags struct {
-	metricsAddr, healthAddr string
-	pprofAddr               string
-	workers, concurrency    int
-	waitSlice               time.Duration
-	logFormat               string
-	webhookAddr             string
-	leader                  reconciler.LeaderElectionOptions
-	sharding                reconciler.ShardingOptions
-	mirrorInterval          time.Duration
-	clusterName             string
+	listenFlags
+	pprofAddr            string
+	workers, concurrency int
+	waitSlice            time.Duration
+	logFormat            string
+	leader               reconciler.LeaderElectionOptions
+	sharding             reconciler.ShardingOptions
+	mirrorInterval       time.Duration
+	clusterName          string
 }
 
 func (f *daemonFlags) BindFlags(fs *pflag.FlagSet) {
 	d := reconciler.DefaultOptions()
-	fs.StringVar(&f.metricsAddr, "metrics-addr", d.MetricsAddr, `address of the Prometheus metrics endpoint; "0" disables it`)
-	fs.StringVar(&f.healthAddr, "health-addr", d.HealthAddr, `address of /healthz and /readyz; "0" disables it`)
+	f.listenFlags.BindFlags(fs, listenFlags{metricsAddr: d.MetricsAddr, healthAddr: d.HealthAddr})
 	fs.StringVar(&f.pprofAddr, "pprof-addr", "", `address of Go's profiles (/debug/pprof/), e.g. "127.0.0.1:6060"; off by default, since profiles show what the process holds`)
 	fs.IntVar(&f.workers, "workers", d.Workers, "ClusterDeployments reconciled at once")
 	fs.IntVar(&f.concurrency, "apply-concurrency", d.ApplyConcurrency, "objects of one stage applied in parallel")
@@ -145,7 +156,6 @@ func (f *daemonFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.sharding.LeaseDuration, "sharding-lease-duration", ds.LeaseDuration, "how long a replica counts as live after its last renewal, and a deployment's claim after its holder's last renewal: a dead replica's share moves after this")
 	fs.DurationVar(&f.sharding.RenewPeriod, "sharding-renew-period", ds.RenewPeriod, "how often a replica renews its Lease and looks at the others' (at most a third of the lease duration)")
 	fs.StringVar(&f.clusterName, "cluster-name", "", `this cluster's name, for people: in fencing records and on deployments it moves (default "cluster <id>")`)
-	fs.StringVar(&f.webhookAddr, "webhook-addr", "", `address of the push receiver (POST /hook/github|gitlab|gitea|generic), e.g. ":9292"; secrets come from $CAPSTAN_WEBHOOK_GITHUB_SECRET, $CAPSTAN_WEBHOOK_GITLAB_TOKEN, $CAPSTAN_WEBHOOK_GITEA_SECRET, $CAPSTAN_WEBHOOK_TOKEN`)
 }
 
 // limitFlags bound what artifacts and renders may take, so that the
@@ -275,7 +285,7 @@ func setLogger(format string) {
 
 // webhook returns the push receiver's options, with secrets from the
 // environment so that they never show in a process listing.
-func (f *daemonFlags) webhook() *reconciler.WebhookOptions {
+func (f *listenFlags) webhook() *reconciler.WebhookOptions {
 	if f.webhookAddr == "" {
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // KubernetesVersion is the version of the binaries EnsureBinaries looks for
@@ -81,6 +82,10 @@ func runBuildScript(ctx context.Context, script string, progress io.Writer) (str
 	return dir, nil
 }
 
+// scriptWaitDelay bounds how long a cancelled build script's output is
+// read after it was killed.
+const scriptWaitDelay = 10 * time.Second
+
 // runScript runs a build script that prints the directory it filled as its
 // last line on stdout, streaming its stderr to progress.
 func runScript(ctx context.Context, script string, progress io.Writer) (string, error) {
@@ -88,6 +93,12 @@ func runScript(ctx context.Context, script string, progress io.Writer) (string, 
 	cmd := exec.CommandContext(ctx, "bash", script)
 	cmd.Stdout = &stdout
 	cmd.Stderr = progress
+	// A cancelled build stops whole: killing bash alone would leave its
+	// go build running, holding the output pipe, so Wait would not return
+	// until that build finished.
+	cmd.SysProcAttr = groupProcAttr()
+	cmd.Cancel = func() error { return killGroup(cmd.Process) }
+	cmd.WaitDelay = scriptWaitDelay
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("run %s: %w", script, err)
 	}

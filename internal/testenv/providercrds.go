@@ -125,6 +125,11 @@ func downloadModules(ctx context.Context, dir string, args []string) (map[string
 		"GOWORK=off",
 	)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// Cancelled, go stops with what it started (git for a module not in
+	// the cache), as a build script does.
+	cmd.SysProcAttr = groupProcAttr()
+	cmd.Cancel = func() error { return killGroup(cmd.Process) }
+	cmd.WaitDelay = scriptWaitDelay
 	runErr := cmd.Run()
 	// go mod download reports a module it cannot fetch in its JSON and
 	// exits non-zero: read the JSON first, it names the module.

@@ -15,3 +15,15 @@ var stopSignal os.Signal = syscall.SIGTERM
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
+
+// groupProcAttr puts a build script in a process group of its own, which
+// killGroup kills with everything it started; it also dies with the test
+// process.
+func groupProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// killGroup kills the process group p leads.
+func killGroup(p *os.Process) error {
+	return syscall.Kill(-p.Pid, syscall.SIGKILL)
+}
