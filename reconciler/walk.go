@@ -169,7 +169,7 @@ func (r *Reconciler) runStage(ctx context.Context, a *attempt, exec *stages.Exec
 	cd := a.cd
 	stage := &a.plan.Stages[i]
 	st := func() *capstanv1.StageStatus { return &cd.Status.Stages[i] }
-	opts := stages.RunOptions{SkipApply: applied, Wait: r.waitSlice(stage, st())}
+	opts := stages.RunOptions{SkipApply: applied, Wait: r.waitSlice(stage, st()), DryRuns: a.plan.DryRuns}
 	if st().Message == "" || !applied {
 		// Status says nothing yet about what the stage waits for: look
 		// briefly first and say it, then wait out the slice.

@@ -155,6 +155,10 @@ type RunOptions struct {
 	// value, not reported here. An error from Progress ends the attempt:
 	// Run returns at once.
 	Progress func(Result) error
+	// DryRuns, when set, holds the preflight's dry-run answers for the
+	// stage's objects (PreflightOptions.Keep): the apply uses them instead
+	// of dry-running again the objects they are still about.
+	DryRuns *DryRuns
 }
 
 // Run makes one attempt at a stage: carry out its action (apply its
@@ -171,7 +175,7 @@ func (e *Executor) Run(ctx context.Context, stage *Stage, owner Owner, opts RunO
 	}
 	var applied Result
 	if !opts.SkipApply {
-		applied = e.ApplyStage(ctx, stage, owner)
+		applied = e.applyStageWith(ctx, stage, owner, opts.DryRuns)
 		if applied.State == capstanv1.StageFailed || IsUnreachable(applied.Err) {
 			return applied
 		}
@@ -237,13 +241,19 @@ func (e *Executor) readyAsApplied(stage *Stage, applied Result) (Result, bool) {
 // executor cannot carry out yet fails as stalled. The result is
 // StageInProgress (done, readiness unknown) or StageFailed.
 func (e *Executor) ApplyStage(ctx context.Context, stage *Stage, owner Owner) Result {
+	return e.applyStageWith(ctx, stage, owner, nil)
+}
+
+// applyStageWith is ApplyStage with the preflight's dry-run answers
+// (RunOptions.DryRuns).
+func (e *Executor) applyStageWith(ctx context.Context, stage *Stage, owner Owner, dry *DryRuns) Result {
 	if res, down := e.checkAvailable(ctx, stage); down {
 		return res
 	}
-	return e.unreachableAsWaiting(e.applyStage(ctx, stage, owner))
+	return e.unreachableAsWaiting(e.applyStage(ctx, stage, owner, dry))
 }
 
-func (e *Executor) applyStage(ctx context.Context, stage *Stage, owner Owner) Result {
+func (e *Executor) applyStage(ctx context.Context, stage *Stage, owner Owner, dry *DryRuns) Result {
 	res := Result{Stage: stage.Name, State: capstanv1.StageInProgress}
 	if writes(stage.Action) {
 		if err := e.checkFence(ctx, owner); err != nil {
@@ -252,7 +262,7 @@ func (e *Executor) applyStage(ctx context.Context, stage *Stage, owner Owner) Re
 	}
 	switch stage.Action {
 	case capstanv1.StageActionApply, "":
-		cs, observed, err := e.apply(ctx, stage.Objects, stage.Name, owner)
+		cs, observed, err := e.apply(ctx, stage.Objects, stage.Name, owner, dry)
 		res.ChangeSet, res.observed = cs, observed
 		if err != nil {
 			return failed(res, err)

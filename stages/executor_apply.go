@@ -25,16 +25,30 @@ import (
 // is applied, so an invalid object leaves the wave untouched, and every
 // object's error is reported.
 func (e *Executor) Apply(ctx context.Context, objects []*unstructured.Unstructured, stage string, owner Owner) (*ssa.ChangeSet, error) {
-	cs, _, err := e.apply(ctx, objects, stage, owner)
+	cs, _, err := e.apply(ctx, objects, stage, owner, nil)
 	return cs, err
 }
 
 // apply is Apply that also returns the objects as the API server answered
-// (see Result.observed), nil unless every object was applied.
-func (e *Executor) apply(ctx context.Context, objects []*unstructured.Unstructured, stage string, owner Owner) (*ssa.ChangeSet, []*unstructured.Unstructured, error) {
+// (see Result.observed), nil unless every object was applied. The
+// preflight's answers in dry, when it has some for objects, stand in for
+// the dry runs of the objects they are about (DryRuns).
+func (e *Executor) apply(ctx context.Context, objects []*unstructured.Unstructured, stage string, owner Owner, dry *DryRuns) (*ssa.ChangeSet, []*unstructured.Unstructured, error) {
 	prepared := make([]*unstructured.Unstructured, len(objects))
-	for i, obj := range objects {
-		prepared[i] = ownedBy(obj, stage, owner)
+	var handed answers
+	if dry.Len() > 0 {
+		source := make(map[*unstructured.Unstructured]*unstructured.Unstructured, len(objects))
+		handed = func(obj, live *unstructured.Unstructured) *unstructured.Unstructured {
+			return dry.answer(stage, source[obj], live, time.Now())
+		}
+		for i, obj := range objects {
+			prepared[i] = ownedBy(obj, stage, owner)
+			source[prepared[i]] = obj
+		}
+	} else {
+		for i, obj := range objects {
+			prepared[i] = ownedBy(obj, stage, owner)
+		}
 	}
 	first, rest := splitDefinitions(prepared)
 	cs := ssa.NewChangeSet()
@@ -44,12 +58,12 @@ func (e *Executor) apply(ctx context.Context, objects []*unstructured.Unstructur
 		if len(wave) == 0 {
 			continue
 		}
-		entries, answers, err := e.applyWave(ctx, wave, owner)
+		entries, answered, err := e.applyWave(ctx, wave, owner, handed)
 		cs.Append(entries)
 		if err != nil {
 			return cs, nil, err
 		}
-		observed = append(observed, answers...)
+		observed = append(observed, answered...)
 		if hasCRD(wave) {
 			// Wait for the CRDs to be Established before objects of their kinds are applied.
 			if err := e.waitEstablished(ctx, wave, owner); err != nil {
@@ -167,8 +181,10 @@ func (e *Executor) waitServed(ctx context.Context, definitions []*unstructured.U
 //
 // A new object costs its apply, an unchanged one its dry run, a changed
 // one both: every object is validated by the server before anything that
-// existed is touched.
-func (e *Executor) applyWave(ctx context.Context, objects []*unstructured.Unstructured, owner Owner) ([]ssa.ChangeSetEntry, []*unstructured.Unstructured, error) {
+// existed is touched. Where handed has the preflight's answer about the
+// live object, it stands in for the dry run: an unchanged object then
+// costs nothing, a changed one its apply.
+func (e *Executor) applyWave(ctx context.Context, objects []*unstructured.Unstructured, owner Owner, handed answers) ([]ssa.ChangeSetEntry, []*unstructured.Unstructured, error) {
 	live, err := e.look(ctx, objects)
 	if err != nil {
 		return nil, nil, err
@@ -190,7 +206,11 @@ func (e *Executor) applyWave(ctx context.Context, objects []*unstructured.Unstru
 		}
 	}
 	e.eachOf(existing, func(i int) {
-		entries[i].Action, observed[i], errs[i] = e.diffLive(ctx, objects[i], live[i], owner, owners)
+		var answer *unstructured.Unstructured
+		if handed != nil {
+			answer = handed(objects[i], live[i])
+		}
+		entries[i].Action, observed[i], errs[i] = e.diffLive(ctx, objects[i], live[i], answer, owner, owners)
 	})
 	if err := errors.Join(errs...); err != nil {
 		return nil, nil, err
@@ -230,6 +250,10 @@ func (e *Executor) applyWave(ctx context.Context, objects []*unstructured.Unstru
 	}
 	return appliedEntries(entries, errs, nil), observed, nil
 }
+
+// answers returns the preflight's dry-run answer about live for obj, an
+// object of the wave, or nil when there is none (DryRuns.answer).
+type answers func(obj, live *unstructured.Unstructured) *unstructured.Unstructured
 
 // appliedEntries keeps the entries of the objects whose apply did not fail
 // (an object whose apply failed was not created or configured), of only

@@ -137,17 +137,22 @@ func (e *Executor) lookRest(ctx context.Context, want map[string]int, objects, l
 
 // diffLive decides for an object that exists (live) whether owner may
 // apply it (checkOwner) and whether the apply changes it, by a server-side
-// dry run, which also validates it.
+// dry run, which also validates it. answer, when set, is the preflight's
+// dry run about this very live object (DryRuns.answer): it stands in for
+// the request.
 //
 // It returns the dry run's answer, which is the object as it is when the
 // apply changes nothing.
-func (e *Executor) diffLive(ctx context.Context, obj, live *unstructured.Unstructured, owner Owner, owners *ownerLookup) (ssa.Action, *unstructured.Unstructured, error) {
+func (e *Executor) diffLive(ctx context.Context, obj, live, answer *unstructured.Unstructured, owner Owner, owners *ownerLookup) (ssa.Action, *unstructured.Unstructured, error) {
 	if err := owners.check(ctx, obj, live, owner); err != nil {
 		return "", nil, err
 	}
-	dryRun := obj.DeepCopy()
-	if err := e.client.Patch(ctx, dryRun, client.Apply, client.DryRunAll, client.ForceOwnership, client.FieldOwner(FieldManager)); err != nil {
-		return "", nil, classifyApplyError(obj, err)
+	dryRun := answer
+	if dryRun == nil {
+		dryRun = obj.DeepCopy()
+		if err := e.client.Patch(ctx, dryRun, client.Apply, client.DryRunAll, client.ForceOwnership, client.FieldOwner(FieldManager)); err != nil {
+			return "", nil, classifyApplyError(obj, err)
+		}
 	}
 	if changes(live, dryRun, true) {
 		return ssa.ConfiguredAction, nil, nil
