@@ -99,7 +99,16 @@ type plainID struct {
 // buildPlain builds the plain kustomization in root whose resources are
 // entries, reading files of a. It returns false when kustomize must build
 // it instead (see above).
-func buildPlain(a *artifact, root string, entries []string) ([]*resource.Resource, bool) {
+func buildPlain(a *artifact, root string, entries []string) (_ []*resource.Resource, ok bool) {
+	// kyaml reads the process-wide OpenAPI schema (is a kind namespaced?)
+	// that a kustomize run may replace meanwhile.
+	kustomizeMu.Lock()
+	defer kustomizeMu.Unlock()
+	defer func() {
+		if recover() != nil {
+			ok = false // kustomize builds it, and reports what broke
+		}
+	}()
 	rf := provider.NewDefaultDepProvider().GetResourceFactory()
 	var all []*resource.Resource
 	seen := map[plainID]bool{}
