@@ -74,7 +74,9 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 		}
 		r.recordResult(cd, st(), stage, res)
 		moved := res.Moved
-		if res.State != capstanv1.StageReady || moved || i == len(a.plan.Stages)-1 {
+		// A Ready stage is written with the next one's start, or the last
+		// one with the deployment's Ready below.
+		if res.State != capstanv1.StageReady || moved {
 			if err := save(); err != nil {
 				return false, err
 			}
@@ -126,13 +128,19 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 	}
 
 	// Every stage is Ready: what the revision no longer applies goes now.
-	if err := save(); err != nil {
-		return false, err
+	// With nothing to prune, the last stage's Ready and the deployment's
+	// go in one write (each write sends the whole status, inventory
+	// included, through the API server).
+	if mayPrune(cd, a.plan) {
+		if err := save(); err != nil {
+			return false, err
+		}
+		if done, err := r.prune(ctx, a); err != nil || !done {
+			return !done, err
+		}
+		written = cd.DeepCopy()
 	}
-	if done, err := r.prune(ctx, a); err != nil || !done {
-		return !done, err
-	}
-	before := cd.DeepCopy()
+	before := written
 	cd.Status.CurrentStage = ""
 	ready := fmt.Sprintf("all %d stages ready at %s", len(a.plan.Stages), a.revision)
 	if inv := cd.Status.Inventory; inv != nil && len(inv.PendingPrune) > 0 {
@@ -156,6 +164,13 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 	}
 	log.FromContext(ctx).Info("deployment ready", "revision", a.revision)
 	return true, nil
+}
+
+// mayPrune reports whether prune has something to do for cd at plan:
+// inventory entries the plan no longer applies, or ones held back.
+func mayPrune(cd *capstanv1.ClusterDeployment, plan *stages.Plan) bool {
+	inv := cd.Status.Inventory
+	return inv != nil && (len(inv.PendingPrune) > 0 || len(stages.Stale(inv, plan)) > 0)
 }
 
 // runStage makes one attempt at the i-th stage of a's plan through the

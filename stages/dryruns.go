@@ -52,6 +52,9 @@ func (d *DryRuns) keep(stage string, obj, answer *unstructured.Unstructured, now
 	if d == nil || answer.GetResourceVersion() == "" {
 		return
 	}
+	// Kept until the plan goes (its deployment Ready): what the apply
+	// compares and the readiness checks read, not who manages which field.
+	answer.SetManagedFields(nil)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.answers == nil {
