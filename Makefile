@@ -75,7 +75,7 @@ e2e-kind: ## The in-cluster suite on a kind cluster (Docker that runs privileged
 	CAPSTAN_E2E_BACKEND=kind $(GO) test -count=1 -timeout 60m -v ./e2e/incluster/
 
 bench: tools testbin ## Benchmarks; figures go to docs/benchmarks.md
-	$(GO) test -run '^$$' -bench . -benchtime 3x ./stages/ ./e2e/ ./e2e/incluster/
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./render/ ./stages/ ./e2e/ ./e2e/incluster/
 	$(GO) test -run '^$$' -bench ThousandDeployments -benchtime 1x -timeout 60m ./e2e/scale/
 
 bench-sources: ## Source benchmarks: requests per unchanged poll, push-to-revision latency (docs/benchmarks.md)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,14 +34,23 @@ func unlimited(cfg *rest.Config) *rest.Config {
 // stagedFiles is an overlay of n ConfigMaps spread evenly over stages
 // stages, S1..Sstages.
 func stagedFiles(n, stages int) (map[string]string, []capstanv1.StageSpec) {
+	return stagedFilesWith(n, stages, unchangedPayload)
+}
+
+// unchangedPayload is the payload of every ConfigMap of stagedFiles.
+func unchangedPayload(int) string { return "some configuration" }
+
+// stagedFilesWith is stagedFiles with the payload of the i-th ConfigMap
+// payload(i).
+func stagedFilesWith(n, stages int, payload func(int) string) (map[string]string, []capstanv1.StageSpec) {
 	var b strings.Builder
 	var specs []capstanv1.StageSpec
 	for s := range stages {
 		specs = append(specs, capstanv1.StageSpec{Name: fmt.Sprintf("S%d", s+1)})
 	}
 	for i := range n {
-		fmt.Fprintf(&b, "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-%04d\n  namespace: ${NS}\n  labels: {capstan.dev/stage: S%d}\ndata: {index: \"%d\", payload: some configuration}\n",
-			i, i*stages/n+1, i)
+		fmt.Fprintf(&b, "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-%04d\n  namespace: ${NS}\n  labels: {capstan.dev/stage: S%d}\ndata: {index: \"%d\", payload: %s}\n",
+			i, i*stages/n+1, i, payload(i))
 	}
 	return map[string]string{
 		"staged/kustomization.yaml": "resources: [objects.yaml]\n",
@@ -52,6 +62,12 @@ func stagedFiles(n, stages int) (map[string]string, []capstanv1.StageSpec) {
 // ns by limitWorkers parallel server-side apply requests, and nothing else
 // (no look, no dry run, no order, no wait, no status).
 func applyUnordered(ctx context.Context, c client.Client, ns string, n int) error {
+	return applyUnorderedWith(ctx, c, ns, n, unchangedPayload)
+}
+
+// applyUnorderedWith is applyUnordered with the payloads of
+// stagedFilesWith.
+func applyUnorderedWith(ctx context.Context, c client.Client, ns string, n int, payload func(int) string) error {
 	var g errgroup.Group
 	g.SetLimit(limitWorkers)
 	for i := range n {
@@ -59,7 +75,7 @@ func applyUnordered(ctx context.Context, c client.Client, ns string, n int) erro
 			cm := &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": "v1", "kind": "ConfigMap",
 				"metadata": map[string]any{"name": fmt.Sprintf("cm-%04d", i), "namespace": ns},
-				"data":     map[string]any{"index": fmt.Sprint(i), "payload": "some configuration"},
+				"data":     map[string]any{"index": fmt.Sprint(i), "payload": payload(i)},
 			}}
 			return c.Patch(ctx, cm, client.Apply, client.ForceOwnership, client.FieldOwner("limit"))
 		})
@@ -125,4 +141,72 @@ func BenchmarkStagedApplyAgainstLimit(b *testing.B) {
 			b.ReportMetric(float64(staged)/float64(limit), "x-limit")
 		})
 	}
+}
+
+// BenchmarkRevisionAgainstLimit measures a new commit that changes 10 of
+// the 1,000 ConfigMaps of a Ready deployment in 5 stages, from the commit
+// to Ready at it (the poll that finds it, fetch, render, preflight, the
+// stages, status), beside the limit measured in the same iteration: the
+// 1,000 applied again, unordered, by parallel server-side apply workers.
+func BenchmarkRevisionAgainstLimit(b *testing.B) {
+	const objects, changed = 1000, 10
+	c, err := client.New(unlimited(env.Config), client.Options{Scheme: reconciler.Scheme()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	startDaemonWith(b, nil, func(o *reconciler.Options) { o.Config = unlimited(o.Config) })
+	ns, limitNS := newNamespace(b), newNamespace(b)
+	url, err := gitSrv.CreateRepo(ns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	files, specs := stagedFiles(objects, 5)
+	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, files, "1,000 ConfigMaps"); err != nil {
+		b.Fatal(err)
+	}
+	createDeployment(b, c, ns, "staged", capstanv1.ClusterDeploymentSpec{
+		Source:         &capstanv1.SourceSpec{Git: &capstanv1.GitSource{URL: url, SecretRef: &capstanv1.LocalObjectReference{Name: gitSecret(b, c, ns)}}},
+		Path:           "staged",
+		Substitute:     map[string]string{"NS": ns},
+		Stages:         specs,
+		Interval:       &metav1.Duration{Duration: 200 * time.Millisecond},
+		DeletionPolicy: capstanv1.DeletionPolicyOrphan,
+	})
+	waitDeployment(b, c, ns, "staged", "Ready", isReady)
+	b.Cleanup(func() { deleteDeployment(b, c, ns, "staged") })
+	if err := applyUnordered(context.Background(), c, limitNS, objects); err != nil {
+		b.Fatal(err)
+	}
+	var staged, limit time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		payload := func(j int) string {
+			if j%(objects/changed) == i%(objects/changed) {
+				return fmt.Sprintf("revision %d", i)
+			}
+			return unchangedPayload(j)
+		}
+		files, _ := stagedFilesWith(objects, 5, payload)
+		b.StartTimer()
+
+		start := time.Now()
+		if err := applyUnorderedWith(context.Background(), c, limitNS, objects, payload); err != nil {
+			b.Fatal(err)
+		}
+		limit += time.Since(start)
+
+		start = time.Now()
+		sha, err := gitSrv.Commit(ns, gitserver.DefaultBranch, files, fmt.Sprintf("revision %d", i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		waitDeployment(b, c, ns, "staged", "Ready at "+sha, func(cd *capstanv1.ClusterDeployment) bool {
+			return isReady(cd) && strings.HasSuffix(cd.Status.Revision, sha)
+		})
+		staged += time.Since(start)
+	}
+	b.ReportMetric(float64(staged.Milliseconds())/float64(b.N), "ms/ready")
+	b.ReportMetric(float64(limit.Milliseconds())/float64(b.N), "ms/limit")
+	b.ReportMetric(float64(staged)/float64(limit), "x-limit")
 }

@@ -54,12 +54,16 @@ func (r *Reconciler) preflight(ctx context.Context, a *attempt) (bool, error) {
 	key := client.ObjectKeyFromObject(a.cd)
 	report := preflight.Report{Problems: unsetProblems(a.rendered)}
 	files := fileIndex(a.rendered)
+	// The dry runs' answers go with the plan (cached for this revision)
+	// to the stages' applies, which then need not send them again.
+	a.plan.DryRuns = &stages.DryRuns{}
 	checked, err := r.executor.Preflight(ctx, a.plan, stages.Owner{Name: a.cd.Name, Namespace: a.cd.Namespace}, stages.PreflightOptions{
 		File: func(obj *unstructured.Unstructured) string { return files[obj] },
 		Skip: func(obj *unstructured.Unstructured) bool { return a.rendered != nil && a.rendered.HasUnset(obj) },
 		// Stages that act on another cluster are checked offline only:
 		// that cluster is often one an earlier stage builds.
 		Here: func(i int) bool { return i <= afterPivot && kubeConfigFor(a.cd, &a.plan.Stages[i]) == nil },
+		Keep: a.plan.DryRuns,
 	})
 	if err != nil {
 		r.plans.drop(key)

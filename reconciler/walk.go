@@ -74,7 +74,9 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 		}
 		r.recordResult(cd, st(), stage, res)
 		moved := res.Moved
-		if res.State != capstanv1.StageReady || moved || i == len(a.plan.Stages)-1 {
+		// A Ready stage is written with the next one's start, or the last
+		// one with the deployment's Ready below.
+		if res.State != capstanv1.StageReady || moved {
 			if err := save(); err != nil {
 				return false, err
 			}
@@ -126,13 +128,19 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 	}
 
 	// Every stage is Ready: what the revision no longer applies goes now.
-	if err := save(); err != nil {
-		return false, err
+	// With nothing to prune, the last stage's Ready and the deployment's
+	// go in one write (each write sends the whole status, inventory
+	// included, through the API server).
+	if mayPrune(cd, a.plan) {
+		if err := save(); err != nil {
+			return false, err
+		}
+		if done, err := r.prune(ctx, a); err != nil || !done {
+			return !done, err
+		}
+		written = cd.DeepCopy()
 	}
-	if done, err := r.prune(ctx, a); err != nil || !done {
-		return !done, err
-	}
-	before := cd.DeepCopy()
+	before := written
 	cd.Status.CurrentStage = ""
 	ready := fmt.Sprintf("all %d stages ready at %s", len(a.plan.Stages), a.revision)
 	if inv := cd.Status.Inventory; inv != nil && len(inv.PendingPrune) > 0 {
@@ -158,6 +166,13 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 	return true, nil
 }
 
+// mayPrune reports whether prune has something to do for cd at plan:
+// inventory entries the plan no longer applies, or ones held back.
+func mayPrune(cd *capstanv1.ClusterDeployment, plan *stages.Plan) bool {
+	inv := cd.Status.Inventory
+	return inv != nil && (len(inv.PendingPrune) > 0 || len(stages.Stale(inv, plan)) > 0)
+}
+
 // runStage makes one attempt at the i-th stage of a's plan through the
 // executor: it applies (unless applied says the objects were applied at
 // this revision already), then waits for a slice. What the attempt did so
@@ -169,7 +184,7 @@ func (r *Reconciler) runStage(ctx context.Context, a *attempt, exec *stages.Exec
 	cd := a.cd
 	stage := &a.plan.Stages[i]
 	st := func() *capstanv1.StageStatus { return &cd.Status.Stages[i] }
-	opts := stages.RunOptions{SkipApply: applied, Wait: r.waitSlice(stage, st())}
+	opts := stages.RunOptions{SkipApply: applied, Wait: r.waitSlice(stage, st()), DryRuns: a.plan.DryRuns}
 	if st().Message == "" || !applied {
 		// Status says nothing yet about what the stage waits for: look
 		// briefly first and say it, then wait out the slice.

@@ -12,6 +12,7 @@ import (
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/resmap"
+	"sigs.k8s.io/kustomize/api/resource"
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/kustomize/kyaml/openapi"
@@ -143,16 +144,11 @@ func BuildResult(ctx context.Context, fsys fs.FS, opts Options) (*Result, error)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	m, err := runKustomize(a.fs, root, plan.usesOpenAPI)
+	resources, err := buildResources(a, root, kfile, plan)
 	if err != nil {
-		if a.fs.err != nil {
-			// A file only kustomize reads (one a builtin plugin's config
-			// names) broke a limit: say which, in render's words.
-			return nil, a.fs.err
-		}
-		return nil, &Error{File: a.display(kfile), Err: fmt.Errorf("kustomize build: %w", err)}
+		return nil, err
 	}
-	objs, files, err := toObjects(m, root, plan.keepOrigins)
+	objs, files, err := toObjects(resources, root, plan.keepOrigins)
 	if err != nil {
 		return nil, &Error{File: a.display(kfile), Err: err}
 	}
@@ -168,6 +164,29 @@ func BuildResult(ctx context.Context, fsys fs.FS, opts Options) (*Result, error)
 		res.Unset, res.unsetIn = unset, in
 	}
 	return res, nil
+}
+
+// plainBuilds turns buildPlain on; a test turns it off to compare.
+var plainBuilds = true
+
+// buildResources runs kustomize on the overlay at root, or buildPlain when its
+// kustomization is plain.
+func buildResources(a *artifact, root, kfile string, plan plan) ([]*resource.Resource, error) {
+	if plan.plain != nil && plainBuilds {
+		if resources, ok := buildPlain(a, root, plan.plain); ok {
+			return resources, nil
+		}
+	}
+	m, err := runKustomize(a.fs, root, plan.usesOpenAPI)
+	if err != nil {
+		if a.fs.err != nil {
+			// A file only kustomize reads (one a builtin plugin's config
+			// names) broke a limit: say which, in render's words.
+			return nil, a.fs.err
+		}
+		return nil, &Error{File: a.display(kfile), Err: fmt.Errorf("kustomize build: %w", err)}
+	}
+	return m.Resources(), nil
 }
 
 // runKustomize builds the kustomization in dir of fsys, turning a panic
@@ -197,8 +216,7 @@ func runKustomize(fsys filesys.FileSystem, dir string, resetOpenAPI bool) (m res
 // toObjects converts kustomize's output and works out each object's file
 // from its origin annotation, which is then removed unless the overlay asked
 // for it itself.
-func toObjects(m resmap.ResMap, root string, keepOrigins bool) ([]*unstructured.Unstructured, []string, error) {
-	resources := m.Resources()
+func toObjects(resources []*resource.Resource, root string, keepOrigins bool) ([]*unstructured.Unstructured, []string, error) {
 	files := make([]string, len(resources))
 	for i, res := range resources {
 		origin, err := res.GetOrigin()
@@ -213,13 +231,13 @@ func toObjects(m resmap.ResMap, root string, keepOrigins bool) ([]*unstructured.
 			files[i] = path.Join(root, p)
 		}
 	}
-	if !keepOrigins {
-		if err := m.RemoveOriginAnnotations(); err != nil {
-			return nil, nil, fmt.Errorf("remove origin annotations: %w", err)
-		}
-	}
 	objs := make([]*unstructured.Unstructured, 0, len(resources))
-	for _, res := range m.Resources() {
+	for _, res := range resources {
+		if !keepOrigins {
+			if err := res.SetOrigin(nil); err != nil {
+				return nil, nil, fmt.Errorf("remove origin annotations: %w", err)
+			}
+		}
 		data, err := res.MarshalJSON()
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", res.CurId(), err)

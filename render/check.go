@@ -36,6 +36,9 @@ type plan struct {
 	// keepOrigins: the root kustomization asks for origin annotations
 	// itself, so they stay in the output.
 	keepOrigins bool
+	// plain holds the resources of the root kustomization when it is
+	// plain (isPlain): buildPlain can build it without kustomize.
+	plain []string
 }
 
 // estimate is an upper bound of what a kustomization produces, counting
@@ -154,6 +157,9 @@ func (c *checker) kustomization(dir string, plugin bool) estimate {
 	if k, raw, ok := c.parseKustomization(kfile); ok {
 		if dir == c.root && !plugin {
 			c.plan.keepOrigins = slices.Contains(k.BuildMetadata, types.OriginAnnotations)
+			if isPlain(raw) {
+				c.plan.plain = plainResources(raw)
+			}
 		}
 		est = c.fields(dir, kfile, k, raw, plugin)
 	}

@@ -129,3 +129,85 @@ func BenchmarkApply1000Baseline(b *testing.B) {
 	}
 	b.ReportMetric(float64(benchObjects*b.N)/b.Elapsed().Seconds(), "objects/s")
 }
+
+// revisionStage is configMapStage with the objects at changed (indices)
+// given the value v: the stage of a new revision over the objects of the
+// last one.
+func revisionStage(ns string, changed []int, v string) *stages.Stage {
+	stage := configMapStage(ns)
+	for _, i := range changed {
+		stage.Objects[i] = configMap(ns, fmt.Sprintf("cm-%04d", i), map[string]any{"index": fmt.Sprint(i), "payload": v})
+	}
+	return stage
+}
+
+// BenchmarkRevisionApply1000 measures a new revision of a stage of 1,000
+// ConfigMaps that exist, ten of them changed (or none): the preflight's
+// dry run of every object, then the stage's apply, with the preflight's
+// answers handed to the apply (handed) or without (dry-run again); beside
+// it the limit, the same 1,000 server-side applied by parallel workers.
+func BenchmarkRevisionApply1000(b *testing.B) {
+	for _, changed := range []int{10, 0} {
+		for _, mode := range []string{"limit", "dry-run-again", "handed"} {
+			b.Run(fmt.Sprintf("changed=%d/%s", changed, mode), func(b *testing.B) {
+				c := benchClient(b)
+				e := stages.NewExecutor(c, stages.WithConcurrency(benchConcurrency))
+				ctx := benchContext(b)
+				ns := newNamespace(b)
+				if mode == "limit" {
+					applyAll(ctx, b, c, configMapStage(ns).Objects)
+				} else if res := e.Run(ctx, configMapStage(ns), owner, stages.RunOptions{}); res.State != capstanv1.StageReady {
+					b.Fatalf("first Run = %s: %s", res.State, res.Message)
+				}
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					b.StopTimer()
+					var idx []int
+					for j := range changed {
+						idx = append(idx, (i*changed+j*97)%benchObjects)
+					}
+					stage := revisionStage(ns, idx, fmt.Sprintf("revision %d", i))
+					b.StartTimer()
+					if mode == "limit" {
+						applyAll(ctx, b, c, stage.Objects)
+						continue
+					}
+					plan := &stages.Plan{Stages: []stages.Stage{*stage}}
+					opts := stages.PreflightOptions{}
+					if mode == "handed" {
+						plan.DryRuns = &stages.DryRuns{}
+						opts.Keep = plan.DryRuns
+					}
+					report, err := e.Preflight(ctx, plan, owner, opts)
+					if err != nil || report.Err() != nil {
+						b.Fatalf("Preflight = %v, %v", report.Problems, err)
+					}
+					res := e.Run(ctx, &plan.Stages[0], owner, stages.RunOptions{DryRuns: plan.DryRuns})
+					if res.State != capstanv1.StageReady {
+						b.Fatalf("Run = %s: %s", res.State, res.Message)
+					}
+					// The objects the last iteration changed are restored.
+					if n := len(res.ChangeSet.ToGroupedMap()[ssa.ConfiguredAction]); n < len(idx) || n > 2*len(idx) {
+						b.Fatalf("configured %d objects, want %d to %d", n, len(idx), 2*len(idx))
+					}
+				}
+				b.ReportMetric(float64(benchObjects*b.N)/b.Elapsed().Seconds(), "objects/s")
+			})
+		}
+	}
+}
+
+// applyAll is the limit: objects server-side applied, unordered, by
+// benchConcurrency parallel workers, and nothing else.
+func applyAll(ctx context.Context, b *testing.B, c client.Client, objects []*unstructured.Unstructured) {
+	var g errgroup.Group
+	g.SetLimit(benchConcurrency)
+	for _, obj := range objects {
+		g.Go(func() error {
+			return c.Patch(ctx, obj.DeepCopy(), client.Apply, client.ForceOwnership, client.FieldOwner("baseline"))
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+}

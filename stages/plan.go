@@ -32,6 +32,11 @@ type Stage struct {
 // earlier stage is Ready.
 type Plan struct {
 	Stages []Stage
+	// DryRuns, when set, keeps the answers of the preflight's dry runs of
+	// this plan (PreflightOptions.Keep) for its stages' applies
+	// (RunOptions.DryRuns): they are about this revision's objects, so
+	// they live and go with its plan.
+	DryRuns *DryRuns
 }
 
 // Names returns the stage names in order.

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/cel-go/checker"
 	corev1 "k8s.io/api/core/v1"
@@ -37,6 +39,14 @@ type PreflightOptions struct {
 	// on another cluster, often one an earlier stage builds, cannot be
 	// checked before that cluster is there. Nil means every stage.
 	Here func(i int) bool
+	// Keep, when set, keeps the answers of the dry runs for the stages'
+	// applies (RunOptions.DryRuns), except for the stages from the first
+	// one that applies an object changing admission (a CRD, a webhook
+	// configuration, an APIService) on: the server may answer them
+	// differently once it is applied.
+	Keep *DryRuns
+	// keepIn names the stages whose answers Keep keeps (keepIn).
+	keepIn map[string]bool
 }
 
 func (o PreflightOptions) fileOf(obj *unstructured.Unstructured) string {
@@ -46,6 +56,29 @@ func (o PreflightOptions) fileOf(obj *unstructured.Unstructured) string {
 		}
 	}
 	return originFile(obj)
+}
+
+// keepIn returns the names of the stages of plan before the first one
+// that applies an object changing admission (changesAdmission): the
+// stages whose dry-run answers may be kept.
+func keepIn(plan *Plan) map[string]bool {
+	names := map[string]bool{}
+	for _, stage := range plan.Stages {
+		if stage.Action != capstanv1.StageActionApply && stage.Action != "" {
+			names[stage.Name] = true
+			continue
+		}
+		if slices.ContainsFunc(stage.Objects, changesAdmission) {
+			break
+		}
+		names[stage.Name] = true
+	}
+	return names
+}
+
+// keeps reports whether the dry-run answers of stage are kept.
+func (o PreflightOptions) keeps(stage string) bool {
+	return o.Keep != nil && o.keepIn[stage]
 }
 
 // PreflightError is a preflight report that holds at least one error:
@@ -216,6 +249,7 @@ func (e *Executor) Preflight(ctx context.Context, plan *Plan, owner Owner, opts 
 	}
 	report.Problems = append(report.Problems, nsProblems...)
 
+	opts.keepIn = keepIn(plan)
 	dry, err := e.dryRunAll(ctx, checkable, stageOf, owner, planDefinitions(here), opts)
 	if err != nil {
 		return report, err
@@ -401,7 +435,13 @@ func (e *Executor) dryRunOne(ctx context.Context, obj *unstructured.Unstructured
 	pending definitions, opts PreflightOptions) (*preflight.Problem, error) {
 	applied := ownedBy(obj, stage, owner)
 	err := e.client.Patch(ctx, applied, client.Apply, client.DryRunAll, client.ForceOwnership, client.FieldOwner(FieldManager))
-	if err == nil || pending.explains(obj, err) != "" {
+	if err == nil {
+		if opts.keeps(stage) {
+			opts.Keep.keep(stage, obj, applied, time.Now())
+		}
+		return nil, nil
+	}
+	if pending.explains(obj, err) != "" {
 		return nil, nil
 	}
 	look := e.lookFailed(newObjectDiff(obj), obj, err)

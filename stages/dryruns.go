@@ -1,0 +1,105 @@
+package stages
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// DryRuns keeps the API server's answers to the server-side dry-run
+// applies Preflight sends for one revision's plan, so that the apply of
+// each stage need not send them again: an object that exists and that the
+// dry run showed unchanged then costs no request at the apply, and one
+// that changes costs its apply alone.
+//
+// An answer is used only for the object of the plan it was sent for, in
+// the stage it was sent as, and only while the live object the apply
+// finds is the one the dry run was applied to: the same UID and
+// resourceVersion. Anything written to the object since, or an answer
+// older than dryRunMaxAge, and the executor asks the server again, as
+// without answers. Keep one DryRuns with the plan it was filled for
+// (Plan.DryRuns): a new revision or spec makes a new plan.
+type DryRuns struct {
+	mu      sync.Mutex
+	answers map[dryRunKey]dryRunAnswer
+}
+
+// dryRunKey is one object of the plan (its identity in the revision's
+// render) as one stage applies it.
+type dryRunKey struct {
+	stage  string
+	object *unstructured.Unstructured
+}
+
+type dryRunAnswer struct {
+	obj   *unstructured.Unstructured
+	taken time.Time
+}
+
+// dryRunMaxAge bounds how long an answer is trusted. The resourceVersion
+// says that the object did not change, not that the server would admit it
+// the same way (an admission webhook someone installed meanwhile): a
+// stage that starts longer than this after the preflight dry-runs its
+// objects again.
+const dryRunMaxAge = 10 * time.Minute
+
+// keep records the answer to the dry run of obj (an object of the plan)
+// as stage applies it. Answers about objects that did not exist (no
+// resourceVersion) are not kept: a new object costs its apply anyway.
+func (d *DryRuns) keep(stage string, obj, answer *unstructured.Unstructured, now time.Time) {
+	if d == nil || answer.GetResourceVersion() == "" {
+		return
+	}
+	// Kept until the plan goes (its deployment Ready): what the apply
+	// compares and the readiness checks read, not who manages which field.
+	answer.SetManagedFields(nil)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.answers == nil {
+		d.answers = map[dryRunKey]dryRunAnswer{}
+	}
+	d.answers[dryRunKey{stage: stage, object: obj}] = dryRunAnswer{obj: answer, taken: now}
+}
+
+// answer returns the kept answer for obj as stage applies it, when it is
+// about live, the object as the apply's look found it; nil otherwise.
+func (d *DryRuns) answer(stage string, obj, live *unstructured.Unstructured, now time.Time) *unstructured.Unstructured {
+	if d == nil || live == nil {
+		return nil
+	}
+	d.mu.Lock()
+	a, ok := d.answers[dryRunKey{stage: stage, object: obj}]
+	d.mu.Unlock()
+	if !ok || now.Sub(a.taken) > dryRunMaxAge {
+		return nil
+	}
+	if a.obj.GetResourceVersion() != live.GetResourceVersion() || a.obj.GetUID() != live.GetUID() {
+		return nil
+	}
+	return a.obj
+}
+
+// Len is how many answers d keeps.
+func (d *DryRuns) Len() int {
+	if d == nil {
+		return 0
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.answers)
+}
+
+// changesAdmission reports whether applying obj can change how the API
+// server admits, defaults or validates other objects: a dry run sent
+// before it was applied does not tell what an apply after it does.
+func changesAdmission(obj *unstructured.Unstructured) bool {
+	gk := obj.GroupVersionKind().GroupKind()
+	switch gk {
+	case schema.GroupKind{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"},
+		schema.GroupKind{Group: "apiregistration.k8s.io", Kind: "APIService"}:
+		return true
+	}
+	return gk.Group == "admissionregistration.k8s.io"
+}
