@@ -151,14 +151,15 @@ func (e *Env) apiServerArgs(port int) []string {
 	}
 }
 
-// StopAPIServer stops kube-apiserver and leaves everything else running,
-// etcd with its data included: clients see an API server that went away,
-// as in an outage. RestartAPIServer brings it back at the same address.
+// StopAPIServer kills kube-apiserver, as a crash or an outage would (a
+// graceful stop waits out the clients' watches), and leaves everything
+// else running, etcd with its data included. RestartAPIServer brings it
+// back at the same address.
 func (e *Env) StopAPIServer() error {
 	if e.apiServer == nil {
 		return errors.New("stop kube-apiserver: not running")
 	}
-	err := e.apiServer.stop()
+	err := e.apiServer.kill()
 	e.apiServer = nil
 	return err
 }
