@@ -18,11 +18,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/failure"
 	"github.com/capstan-dev/capstan/render"
 	"github.com/capstan-dev/capstan/sources"
 	"github.com/capstan-dev/capstan/sources/git"
 	"github.com/capstan-dev/capstan/sources/oci"
-	"github.com/capstan-dev/capstan/stages"
 )
 
 // rootSourceKey is the cache key of the daemon's root source.
@@ -391,7 +391,7 @@ func (r *Reconciler) sourceFor(ctx context.Context, cd *capstanv1.ClusterDeploym
 	spec := cd.Spec.Source
 	switch {
 	case spec != nil && spec.Git != nil && spec.OCI != nil:
-		return nil, stages.Stalled(fmt.Errorf("spec.source: set only one of git and oci"))
+		return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source: set only one of git and oci"))
 	case spec != nil && spec.Git != nil:
 		return r.gitSourceFor(ctx, cd, spec.Git)
 	case spec != nil && spec.OCI != nil:
@@ -402,7 +402,7 @@ func (r *Reconciler) sourceFor(ctx context.Context, cd *capstanv1.ClusterDeploym
 	r.sources.forget(client.ObjectKeyFromObject(cd))
 	e, ok := r.sources.lookup(rootSourceKey)
 	if !ok {
-		return nil, stages.Stalled(fmt.Errorf("spec.source: not set, and the daemon runs without a root source (--source); set spec.source.git.url or spec.source.oci.url"))
+		return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source: not set, and the daemon runs without a root source (--source); set spec.source.git.url or spec.source.oci.url"))
 	}
 	return e, nil
 }
@@ -417,7 +417,8 @@ func (r *Reconciler) readSecret(ctx context.Context, cd *capstanv1.ClusterDeploy
 	}
 	secret := &corev1.Secret{}
 	if err := r.client.Get(ctx, key, secret); err != nil {
-		return nil, fmt.Errorf("%s: read Secret %s/%s: %w", field, cd.Namespace, name, err)
+		// Retried: creating the Secret, or granting its read, heals it.
+		return nil, failure.Retryable(ReasonSecretNotReadable, fmt.Errorf("%s: read Secret %s/%s: %w", field, cd.Namespace, name, err))
 	}
 	r.sources.keepSecret(secret)
 	return secret, nil
@@ -458,7 +459,7 @@ func (r *Reconciler) gitSourceFor(ctx context.Context, cd *capstanv1.ClusterDepl
 			}
 		}
 		if len(opts.Verify.OpenPGPKeyRings)+len(opts.Verify.SSHKeys) == 0 {
-			return nil, stages.Stalled(fmt.Errorf("spec.source.git.verify.secretRef: Secret %s/%s has no key ending in .asc (OpenPGP) or .pub (SSH)",
+			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.git.verify.secretRef: Secret %s/%s has no key ending in .asc (OpenPGP) or .pub (SSH)",
 				cd.Namespace, v.SecretRef.Name))
 		}
 		key += fmt.Sprintf("|verify=%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
@@ -467,7 +468,7 @@ func (r *Reconciler) gitSourceFor(ctx context.Context, cd *capstanv1.ClusterDepl
 	return r.sources.get(key, client.ObjectKeyFromObject(cd), func() (sources.Source, error) {
 		src, err := git.New(opts)
 		if err != nil {
-			return nil, stages.Stalled(fmt.Errorf("spec.source.git: %w", err))
+			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.git: %w", err))
 		}
 		return src, nil
 	})
@@ -497,7 +498,7 @@ func (r *Reconciler) ociSourceFor(ctx context.Context, cd *capstanv1.ClusterDepl
 			}
 		}
 		if opts.Auth.DockerConfig == nil {
-			return nil, stages.Stalled(fmt.Errorf("spec.source.oci.secretRef: Secret %s/%s has no %s key: create it with kubectl create secret docker-registry",
+			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.oci.secretRef: Secret %s/%s has no %s key: create it with kubectl create secret docker-registry",
 				cd.Namespace, ref.Name, strings.Join(dockerConfigKeys, " or ")))
 		}
 		key += fmt.Sprintf("|%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
@@ -514,7 +515,7 @@ func (r *Reconciler) ociSourceFor(ctx context.Context, cd *capstanv1.ClusterDepl
 			}
 		}
 		if len(opts.Verify.PublicKeys) == 0 {
-			return nil, stages.Stalled(fmt.Errorf("spec.source.oci.verify.secretRef: Secret %s/%s has no key ending in .pub: create it with kubectl create secret generic %s --from-file=cosign.pub",
+			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.oci.verify.secretRef: Secret %s/%s has no key ending in .pub: create it with kubectl create secret generic %s --from-file=cosign.pub",
 				cd.Namespace, v.SecretRef.Name, v.SecretRef.Name))
 		}
 		key += fmt.Sprintf("|verify=%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
@@ -524,7 +525,7 @@ func (r *Reconciler) ociSourceFor(ctx context.Context, cd *capstanv1.ClusterDepl
 	return r.sources.get(key, client.ObjectKeyFromObject(cd), func() (sources.Source, error) {
 		src, err := oci.New(opts)
 		if err != nil {
-			return nil, stages.Stalled(fmt.Errorf("spec.source.oci: %w", err))
+			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.oci: %w", err))
 		}
 		return src, nil
 	})

@@ -44,6 +44,13 @@ const (
 	// ReasonReadinessCheckFailed: a readiness expression does not compile,
 	// or is over the CEL cost limit on a live object.
 	ReasonReadinessCheckFailed = "ReadinessCheckFailed"
+	// ReasonPivotBlocked: a pivot stage cannot start or go on until someone
+	// acts: no target kubeConfig, a move into another cluster under way,
+	// the move's preflight found missing CRDs or a deployment in the way.
+	ReasonPivotBlocked = "PivotBlocked"
+	// ReasonFenced: the fencing record of the deployment names another
+	// Capstan, which owns it now (after a pivot); this one must not write.
+	ReasonFenced = "Fenced"
 	// ReasonClusterUnreachable: the cluster a stage acts on does not
 	// answer, or its kubeconfig cannot be used (waiting, not failing).
 	ReasonClusterUnreachable = "ClusterUnreachable"
