@@ -65,6 +65,10 @@ func (r *Reconciler) conclude(ctx context.Context, a *attempt, err error) (recon
 	switch {
 	case a.sourceFailed:
 		requeue = r.concludeSource(a, f, msg)
+	case a.stageRecorded && f.Policy == failure.PolicyWait:
+		// The walk said what the stage waits for; every attempt while it
+		// waits finds the same status, which costs no write.
+		requeue = r.waitAgain(a, f)
 	case f.Policy == failure.PolicyWait:
 		requeue = r.concludeWait(a, f, msg)
 	case f.Policy == failure.PolicyStalled:
@@ -80,7 +84,7 @@ func (r *Reconciler) conclude(ctx context.Context, a *attempt, err error) (recon
 		logger.Info("waiting", "reason", f.Reason, "message", msg, "retryIn", requeue)
 	} else {
 		logger.Error(err, "reconcile failed", "reason", f.Reason, "policy", f.Policy, "revision", a.revision, "retryIn", requeue)
-		if !a.stageFailed {
+		if !a.stageRecorded {
 			// A failed stage had its StageFailed event from the walk.
 			r.event(cd, "Warning", f.Reason, "%s", msg)
 		}
@@ -111,8 +115,9 @@ func (r *Reconciler) concludeSource(a *attempt, f failure.Error, msg string) tim
 	}
 	if ready := meta.FindStatusCondition(cd.Status.Conditions, capstanv1.ConditionReady); ready == nil || fromSource(capstanv1.ConditionReady) {
 		// Nothing was applied yet (or only the source ever failed): Ready
-		// says why nothing is.
+		// says why nothing is, and Reconciling whether it is retried.
 		setCondition(cd, capstanv1.ConditionReady, false, f.Reason, msg)
+		setCondition(cd, capstanv1.ConditionReconciling, f.Policy != failure.PolicyStalled, f.Reason, msg)
 	}
 	switch {
 	case f.Policy == failure.PolicyStalled:
@@ -142,18 +147,26 @@ func (r *Reconciler) concludeWait(a *attempt, f failure.Error, msg string) time.
 	setCondition(cd, capstanv1.ConditionReady, false, f.Reason, msg)
 	setCondition(cd, capstanv1.ConditionReconciling, true, f.Reason, msg)
 	setCondition(cd, capstanv1.ConditionStalled, false, f.Reason, "")
+	return r.waitAgain(a, f)
+}
+
+// waitAgain is when to look again at what a wait waits for: when the
+// error says, or, waiting for a cluster, after a backoff short enough
+// that its return does not go unnoticed for long. These are not failures:
+// they have a counter of their own.
+func (r *Reconciler) waitAgain(a *attempt, f failure.Error) time.Duration {
 	if f.RetryAfter > 0 {
 		return f.RetryAfter
 	}
-	// Waiting for a cluster: back off, but not so far that its return goes
-	// unnoticed for long. These are not failures: a counter of their own.
-	return min(r.backoff(r.unreachable.inc(client.ObjectKeyFromObject(cd))), unreachableRetryMax)
+	return min(r.backoff(r.unreachable.inc(client.ObjectKeyFromObject(a.cd))), unreachableRetryMax)
 }
 
 func (r *Reconciler) concludeRetry(a *attempt, f failure.Error, msg string) time.Duration {
 	cd := a.cd
 	a.outcome = metrics.OutcomeError
-	setCondition(cd, capstanv1.ConditionReady, false, f.Reason, msg)
+	if !a.stageRecorded {
+		setCondition(cd, capstanv1.ConditionReady, false, f.Reason, msg)
+	}
 	setCondition(cd, capstanv1.ConditionStalled, false, retryingReason, "")
 	setCondition(cd, capstanv1.ConditionReconciling, true, f.Reason, msg)
 	d := r.backoff(r.failures.inc(client.ObjectKeyFromObject(cd)))
@@ -176,7 +189,9 @@ func (r *Reconciler) concludeStalled(a *attempt, f failure.Error, msg string) ti
 		restartStages(cd, a.revision)
 	}
 	cd.Status.ObservedGeneration = cd.Generation
-	setCondition(cd, capstanv1.ConditionReady, false, f.Reason, msg)
+	if !a.stageRecorded {
+		setCondition(cd, capstanv1.ConditionReady, false, f.Reason, msg)
+	}
 	setCondition(cd, capstanv1.ConditionStalled, true, f.Reason, msg)
 	setCondition(cd, capstanv1.ConditionReconciling, false, f.Reason, msg)
 	if f.RetryAfter > 0 {

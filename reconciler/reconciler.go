@@ -120,9 +120,10 @@ type attempt struct {
 	// sourceFailed is set when the source could not be checked or
 	// fetched: conclude reports it in SourceReady, not Ready.
 	sourceFailed bool
-	// stageFailed is set when the attempt ends on a failed stage, whose
-	// event the walk sent already.
-	stageFailed bool
+	// stageRecorded is set when the attempt ends on a stage that failed
+	// or waits for its cluster: the walk recorded it in the stage's
+	// status, the Ready condition and a StageFailed event already.
+	stageRecorded bool
 }
 
 // step is one part of a reconcile. done ends the walk early without error.

@@ -104,11 +104,12 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 			r.event(cd, "Warning", "StageFailed", "stage %s attempt %d failed: %s", st().Name, st().Attempts, res.Message)
 			// conclude decides by the error's policy: retried with backoff
 			// on the failures in a row, or stalled.
-			a.stageFailed = true
+			a.stageRecorded = true
 			return false, failure.Default(stageError(st().Name, res), stages.ReasonStageFailed, failure.PolicyRetry)
 		case capstanv1.StageInProgress:
 			if stages.IsUnreachable(res.Err) {
 				// Waiting for the cluster, not failing (conclude).
+				a.stageRecorded = true
 				return false, res.Err
 			}
 			// Not ready yet: the wait slice already waited on watch events,
@@ -313,11 +314,11 @@ func (r *Reconciler) recordResult(cd *capstanv1.ClusterDeployment, st *capstanv1
 		st.Message = ""
 	case capstanv1.StageFailed:
 		st.State = capstanv1.StageFailed
-		setCondition(cd, capstanv1.ConditionReady, false, "StageFailed", fmt.Sprintf("stage %s: %s", st.Name, st.Message))
+		setCondition(cd, capstanv1.ConditionReady, false, failure.ReasonOf(res.Err, stages.ReasonStageFailed), fmt.Sprintf("stage %s: %s", st.Name, st.Message))
 	default:
 		st.State = capstanv1.StageInProgress
 		st.Stuck = stage.StuckAfter != nil && r.opts.Now().Sub(st.StartedAt.Time) > stage.StuckAfter.Duration
-		setCondition(cd, capstanv1.ConditionReady, false, "Progressing", fmt.Sprintf("stage %s: %s", st.Name, st.Message))
+		setCondition(cd, capstanv1.ConditionReady, false, failure.ReasonOf(res.Err, "Progressing"), fmt.Sprintf("stage %s: %s", st.Name, st.Message))
 	}
 }
 
