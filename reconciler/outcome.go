@@ -56,6 +56,10 @@ const (
 //   - Stalled: Ready=False, Stalled=True; the deployment is not tried
 //     again at this revision and generation, unless the error says when
 //     to look again (a fix outside the input, such as RBAC).
+//
+// A stage that failed or waits for its cluster was recorded by the walk
+// already (its status, Ready with the error's reason, a StageFailed
+// event): conclude leaves Ready as the walk wrote it.
 func (r *Reconciler) conclude(ctx context.Context, a *attempt, err error) (reconcile.Result, error) {
 	cd := a.cd
 	before := cd.DeepCopy()
