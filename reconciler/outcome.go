@@ -63,23 +63,8 @@ const (
 func (r *Reconciler) conclude(ctx context.Context, a *attempt, err error) (reconcile.Result, error) {
 	cd := a.cd
 	before := cd.DeepCopy()
-	f := describe(err)
+	f, requeue := r.settle(a, err)
 	msg := err.Error()
-	var requeue time.Duration
-	switch {
-	case a.sourceFailed:
-		requeue = r.concludeSource(a, f, msg)
-	case a.stageRecorded && f.Policy == failure.PolicyWait:
-		// The walk said what the stage waits for; every attempt while it
-		// waits finds the same status, which costs no write.
-		requeue = r.waitAgain(a, f)
-	case f.Policy == failure.PolicyWait:
-		requeue = r.concludeWait(a, f, msg)
-	case f.Policy == failure.PolicyStalled:
-		requeue = r.concludeStalled(a, f, msg)
-	default:
-		requeue = r.concludeRetry(a, f, msg)
-	}
 	logger := log.FromContext(ctx)
 	if perr := r.patchStatus(ctx, before, cd); perr != nil {
 		logger.Error(perr, "record the attempt's end in status")
@@ -94,6 +79,28 @@ func (r *Reconciler) conclude(ctx context.Context, a *attempt, err error) (recon
 		}
 	}
 	return reconcile.Result{RequeueAfter: requeue}, nil
+}
+
+// settle is conclude's judgement, apart from its writes: it sets a's
+// conditions and outcome from err and returns err's reason and policy and
+// when to look again.
+func (r *Reconciler) settle(a *attempt, err error) (failure.Error, time.Duration) {
+	f := describe(err)
+	msg := err.Error()
+	switch {
+	case a.sourceFailed:
+		return f, r.concludeSource(a, f, msg)
+	case a.stageRecorded && f.Policy == failure.PolicyWait:
+		// The walk said what the stage waits for; every attempt while it
+		// waits finds the same status, which costs no write.
+		return f, r.waitAgain(a, f)
+	case f.Policy == failure.PolicyWait:
+		return f, r.concludeWait(a, f, msg)
+	case f.Policy == failure.PolicyStalled:
+		return f, r.concludeStalled(a, f, msg)
+	default:
+		return f, r.concludeRetry(a, f, msg)
+	}
 }
 
 // describe returns err's reason and policy, with the defaults of an error
