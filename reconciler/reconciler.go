@@ -244,42 +244,52 @@ func (r *Reconciler) checkSource(ctx context.Context, a *attempt) (bool, error) 
 	a.revision = rev
 	before := a.cd.DeepCopy()
 	r.sourceSucceeded(a.cd, rev)
-	done, err := r.unchanged(ctx, a)
-	if done && err == nil {
-		// The source may have come back: say so, at no cost otherwise.
-		err = r.patchStatus(ctx, before, a.cd)
-	}
-	return done, err
-}
-
-// unchanged ends the reconcile when the revision and generation are those
-// of the last complete walk, or of the input the deployment stalled on.
-func (r *Reconciler) unchanged(ctx context.Context, a *attempt) (bool, error) {
-	st, rev := a.cd.Status, a.revision
-	if st.Revision != rev || st.ObservedGeneration != a.cd.Generation || a.refetch {
+	if !r.unchanged(a) {
 		return false, nil
 	}
-	key := client.ObjectKeyFromObject(a.cd)
-	if conditionTrue(a.cd, capstanv1.ConditionReady) {
-		r.drift.track(a.cd)
-		if r.drift.has(key) {
-			// Nothing changed, but applied objects drifted: correct
-			// them from what this revision applies, rendered again
-			// if it is not at hand.
-			if set := r.drift.desiredFor(key, rev, a.cd.Generation); set != nil {
-				return true, r.correctDrift(ctx, a.cd, set, r.drift.take(key))
-			}
-			a.driftOnly = true
-			return false, nil
-		}
-		return true, nil
+	// Nothing to walk. Status may have news all the same, that the source
+	// answers again; otherwise this costs no write.
+	if err := r.patchStatus(ctx, before, a.cd); err != nil {
+		return false, err
 	}
-	if conditionTrue(a.cd, capstanv1.ConditionStalled) && r.stalls.stalledOn(key, rev, a.cd.Generation) {
+	return r.correctIfDrifted(ctx, a)
+}
+
+// unchanged reports whether the revision and generation are those of the
+// last complete walk (Ready), or of the input the deployment stalled on.
+func (r *Reconciler) unchanged(a *attempt) bool {
+	st, rev := a.cd.Status, a.revision
+	if st.Revision != rev || st.ObservedGeneration != a.cd.Generation || a.refetch {
+		return false
+	}
+	if conditionTrue(a.cd, capstanv1.ConditionReady) {
+		return true
+	}
+	if conditionTrue(a.cd, capstanv1.ConditionStalled) && r.stalls.stalledOn(client.ObjectKeyFromObject(a.cd), rev, a.cd.Generation) {
 		// Still stalled on the same input: no retry, but still a
 		// failure, so that alerts on failing deployments see it.
 		a.outcome = metrics.OutcomeStalled
+		return true
+	}
+	return false
+}
+
+// correctIfDrifted ends the reconcile of an unchanged deployment, unless
+// objects it applied drifted: then they are corrected from what this
+// revision applies, rendered again if it is not at hand (driftOnly).
+func (r *Reconciler) correctIfDrifted(ctx context.Context, a *attempt) (bool, error) {
+	if !conditionTrue(a.cd, capstanv1.ConditionReady) {
 		return true, nil
 	}
+	key := client.ObjectKeyFromObject(a.cd)
+	r.drift.track(a.cd)
+	if !r.drift.has(key) {
+		return true, nil
+	}
+	if set := r.drift.desiredFor(key, a.revision, a.cd.Generation); set != nil {
+		return true, r.correctDrift(ctx, a.cd, set, r.drift.take(key))
+	}
+	a.driftOnly = true
 	return false, nil
 }
 
