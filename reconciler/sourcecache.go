@@ -137,6 +137,15 @@ type sourceEntry struct {
 	lastChecked  time.Time
 	lastEpoch    uint64
 	epoch        atomic.Uint64
+
+	// refused is the revision whose content the source refused (a file or
+	// an artifact over a limit, a path that leaves the root, a signature
+	// that does not verify), and refusal why: fetching it again cannot
+	// change the answer, and a refused artifact may well be a large one.
+	// A new revision, or a refetch (capstan reconcile --with-source),
+	// asks the remote again.
+	refused string
+	refusal error
 }
 
 // revision returns the remote's revision: the answer the remote gave
@@ -180,9 +189,15 @@ func (e *sourceEntry) fetch(ctx context.Context, revision string) (art *sources.
 	if art, ok := e.store.Get(e.key, revision); ok {
 		return art, false, nil
 	}
+	if revision != "" && revision == e.refused {
+		return nil, false, e.refusal
+	}
 	art, err = e.source.Fetch(ctx)
 	if err != nil {
 		e.checkAuth(err)
+		if errors.Is(err, sources.ErrRefused) && revision != "" {
+			e.refused, e.refusal = revision, err
+		}
 		return nil, true, err
 	}
 	e.store.Put(e.key, art)
