@@ -182,7 +182,7 @@ func classifyApplyError(obj *unstructured.Unstructured, err error) error {
 	case isRBACDenied(err):
 		return &failure.Error{Reason: ReasonForbidden, Policy: failure.PolicyStalled, RetryAfter: forbiddenRecheck,
 			Err: fmt.Errorf("%w; grant Capstan's ServiceAccount this permission with a ClusterRole labelled %s: \"true\" (docs/install.md#rbac); "+
-				"the stage is tried again every %s, or at once with capstan reconcile", wrapped, AggregateToApplyLabel, forbiddenRecheck)}
+				"the stage is tried again every minute, or at once with capstan reconcile", wrapped, AggregateToApplyLabel)}
 	}
 	return failure.Retryable(ReasonApplyFailed, wrapped)
 }
