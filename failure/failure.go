@@ -20,7 +20,7 @@ const (
 // field, what was expected and what to do next.
 type Error struct {
 	// Reason is the CamelCase reason of the conditions and events it
-	// leads to, e.g. "AuthenticationFailed".
+	// leads to, e.g. "SourceAuthenticationFailed".
 	Reason string
 	// Policy says what may heal it.
 	Policy Policy

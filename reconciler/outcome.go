@@ -35,8 +35,9 @@ const (
 	ReasonDependencyNotReady = "DependencyNotReady"
 	// ReasonDependencyCycle: spec.dependsOn leads back to the deployment.
 	ReasonDependencyCycle = "DependencyCycle"
-	// ReasonSecretNotReadable: a Secret the spec names cannot be read.
-	ReasonSecretNotReadable = "SecretNotReadable"
+	// ReasonSecretNotReadable: a Secret spec.source names cannot be read.
+	// Like every reason of a source failure, it starts with "Source".
+	ReasonSecretNotReadable = "SourceSecretNotReadable"
 )
 
 // conclude is the one place that turns the error ending an attempt into

@@ -7,14 +7,15 @@ import (
 )
 
 // Reasons of source failures, in conditions, events and
-// docs/troubleshooting.md.
+// docs/troubleshooting.md. Each starts with "Source", which is how status
+// readers tell a source failure from others (api/v1alpha1 summary.go).
 const (
 	// ReasonAuthenticationFailed: the remote refused the credentials.
-	ReasonAuthenticationFailed = "AuthenticationFailed"
+	ReasonAuthenticationFailed = "SourceAuthenticationFailed"
 	// ReasonSourceNotFound: the repository, ref, tag or path is not there.
 	ReasonSourceNotFound = "SourceNotFound"
 	// ReasonArtifactRefused: the content breaks a limit or a rule.
-	ReasonArtifactRefused = "ArtifactRefused"
+	ReasonArtifactRefused = "SourceArtifactRefused"
 	// ReasonSourceInvalid: the source's own settings are wrong.
 	ReasonSourceInvalid = "SourceInvalid"
 	// ReasonSourceUnavailable: the remote did not answer, or answered

@@ -47,7 +47,7 @@ const (
 var ErrUnverified = failure.New(ReasonUnverified, failure.PolicyRetry, errors.New("signature verification failed"))
 
 // ReasonUnverified is the reason of ErrUnverified.
-const ReasonUnverified = "ArtifactUnverified"
+const ReasonUnverified = "SourceArtifactUnverified"
 
 // Verify says how Fetch checks an artifact's cosign signatures before it
 // downloads the content.
