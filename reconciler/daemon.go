@@ -167,7 +167,7 @@ func New(opts Options) (*Daemon, error) {
 		return nil, fmt.Errorf("new daemon: create manager: %w", err)
 	}
 	if opts.HealthAddr != "0" {
-		if err := addProbes(mgr); err != nil {
+		if err := addProbes(mgr, opts.Config); err != nil {
 			return nil, fmt.Errorf("new daemon: %w", err)
 		}
 	}
@@ -303,13 +303,19 @@ func (d *Daemon) WebhookURL() string {
 	return "http://" + d.webhook.listener.Addr().String() + WebhookPath
 }
 
-// cacheSyncProbeTimeout bounds how long /readyz waits for the caches.
-const cacheSyncProbeTimeout = time.Second
+// cacheSyncProbeTimeout bounds how long /readyz waits for the caches;
+// apiServerProbeTimeout how long it waits for the API server's answer.
+const (
+	cacheSyncProbeTimeout = time.Second
+	apiServerProbeTimeout = 2 * time.Second
+)
 
-// addProbes serves /healthz (the process answers) and /readyz (the
+// addProbes serves /healthz (the process answers) and /readyz: the
 // ClusterDeployment informer and every other informer have synced, so the
-// controller works on what the cluster holds, not on an empty view).
-func addProbes(mgr manager.Manager) error {
+// controller works on what the cluster holds, not on an empty view; and
+// the API server answers now. Synced informers alone would pass while the
+// API server is down, as caches stay synced through an outage.
+func addProbes(mgr manager.Manager, config *rest.Config) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return fmt.Errorf("add healthz check: %w", err)
 	}
@@ -330,7 +336,32 @@ func addProbes(mgr manager.Manager) error {
 	if err != nil {
 		return fmt.Errorf("add readyz check: %w", err)
 	}
+	check, err := apiServerCheck(config)
+	if err != nil {
+		return fmt.Errorf("add readyz check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("api-server", check); err != nil {
+		return fmt.Errorf("add readyz check: %w", err)
+	}
 	return nil
+}
+
+// apiServerCheck returns a readiness check that asks the API server's own
+// /readyz through the daemon's credentials (every authenticated user may
+// read it): one cheap GET, no list, bounded by apiServerProbeTimeout.
+func apiServerCheck(config *rest.Config) (healthz.Checker, error) {
+	disco, err := discovery.NewDiscoveryClientForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("API server client: %w", err)
+	}
+	return func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), apiServerProbeTimeout)
+		defer cancel()
+		if err := disco.RESTClient().Get().AbsPath("/readyz").Do(ctx).Error(); err != nil {
+			return fmt.Errorf("API server %s does not answer /readyz: %w", config.Host, err)
+		}
+		return nil
+	}, nil
 }
 
 // RootStatus reports what the root source last did; the zero value when

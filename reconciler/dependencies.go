@@ -2,7 +2,9 @@ package reconciler
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/failure"
 )
 
 // dependencyRecheck is how often a deployment waiting on others looks
@@ -24,7 +27,10 @@ const dependencyRecheck = 30 * time.Second
 
 // checkDependencies ends the reconcile, applying nothing, while a
 // deployment named in spec.dependsOn is not Ready at its current
-// generation. Status says which, and the deployment's stages wait.
+// generation and revision: Ready at an older revision than its source has
+// now is not Ready, since what the dependency applies is about to change.
+// The attempt ends waiting (failure.PolicyWait, conclude): status says
+// which, and the deployment's stages wait.
 func (r *Reconciler) checkDependencies(ctx context.Context, a *attempt) (bool, error) {
 	if len(a.cd.Spec.DependsOn) == 0 || a.driftOnly {
 		// A Ready deployment correcting drift keeps its objects as they
@@ -34,7 +40,7 @@ func (r *Reconciler) checkDependencies(ctx context.Context, a *attempt) (bool, e
 	// A cycle is reported, not stalled on: fixing it is an edit of any
 	// deployment of the cycle, which must wake this one too.
 	if cycle := r.dependencyCycle(ctx, a.cd); cycle != "" {
-		return r.waitForDependencies(ctx, a, "DependencyCycle",
+		return false, waitForDependencies(ReasonDependencyCycle,
 			fmt.Sprintf("spec.dependsOn: the dependencies form a cycle (%s), so none of them can start: remove one of the dependsOn entries", cycle))
 	}
 	var waiting []string
@@ -48,27 +54,49 @@ func (r *Reconciler) checkDependencies(ctx context.Context, a *attempt) (bool, e
 			waiting = append(waiting, key.String()+" (not found)")
 		case !deploymentReady(other):
 			waiting = append(waiting, key.String())
+		default:
+			if why := r.behindSource(ctx, a, other); why != "" {
+				waiting = append(waiting, key.String()+" ("+why+")")
+			}
 		}
 	}
 	if len(waiting) == 0 {
 		return false, nil
 	}
-	return r.waitForDependencies(ctx, a, "DependencyNotReady",
+	return false, waitForDependencies(ReasonDependencyNotReady,
 		"waiting for ClusterDeployment "+strings.Join(waiting, ", ")+" to be Ready")
 }
 
-// waitForDependencies records why the deployment waits and ends the
-// reconcile; a dependency's readiness (or the recheck) brings it back.
-func (r *Reconciler) waitForDependencies(ctx context.Context, a *attempt, reason, msg string) (bool, error) {
-	before := a.cd.DeepCopy()
-	setCondition(a.cd, capstanv1.ConditionReady, false, reason, msg)
-	setCondition(a.cd, capstanv1.ConditionReconciling, true, reason, msg)
-	setCondition(a.cd, capstanv1.ConditionStalled, false, reason, "")
-	if err := r.patchStatus(ctx, before, a.cd); err != nil {
-		return false, err
+// waitForDependencies is the error an attempt waiting for its
+// dependencies ends with; a dependency's readiness (or the recheck) brings
+// it back.
+func waitForDependencies(reason, msg string) error {
+	return &failure.Error{Reason: reason, Policy: failure.PolicyWait, Err: errors.New(msg), RetryAfter: dependencyRecheck}
+}
+
+// behindSource says why other, Ready, is Ready at an older revision than
+// its source has now ("" when it is not): its next reconcile will apply
+// another revision, which this deployment must wait for. The answer of
+// other's source is shared through the source cache, as other's own poll
+// would ask it; a suspended dependency stays at what it applied.
+func (r *Reconciler) behindSource(ctx context.Context, a *attempt, other *capstanv1.ClusterDeployment) string {
+	if other.Spec.Suspend || moved(other) {
+		return ""
 	}
-	a.requeue = dependencyRecheck
-	return true, nil
+	current := a.revision
+	if !reflect.DeepEqual(other.Spec.Source, a.cd.Spec.Source) {
+		src, err := r.sourceFor(ctx, other)
+		if err != nil {
+			return "its source: " + err.Error()
+		}
+		if current, err = src.revision(ctx, revisionMaxAge(other)); err != nil {
+			return "its source: " + err.Error()
+		}
+	}
+	if current != other.Status.Revision {
+		return fmt.Sprintf("Ready at %s, its source is at %s", other.Status.Revision, current)
+	}
+	return ""
 }
 
 // dependencyCycle returns the cycle cd's dependencies lead back to cd
@@ -181,7 +209,8 @@ func (d *dependentsIndex) dependents(ctx context.Context, obj client.Object) []r
 	return out
 }
 
-// readinessChanged passes the updates that flip a deployment's readiness.
+// readinessChanged passes the updates that flip a deployment's readiness,
+// or move a Ready deployment to another revision.
 var readinessChanged = predicate.Funcs{
 	CreateFunc:  func(event.CreateEvent) bool { return true },
 	DeleteFunc:  func(event.DeleteEvent) bool { return true },
@@ -189,6 +218,7 @@ var readinessChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		old, ok1 := e.ObjectOld.(*capstanv1.ClusterDeployment)
 		cur, ok2 := e.ObjectNew.(*capstanv1.ClusterDeployment)
-		return ok1 && ok2 && deploymentReady(old) != deploymentReady(cur)
+		return ok1 && ok2 && (deploymentReady(old) != deploymentReady(cur) ||
+			deploymentReady(cur) && old.Status.Revision != cur.Status.Revision)
 	},
 }

@@ -4,7 +4,10 @@
 // It is the one place that turns what the other packages return into
 // effects: ClusterDeployment status, Kubernetes events, logs and Prometheus
 // metrics (reconciler/metrics; later also git commits and pull-request
-// comments).
+// comments). An attempt that ends on an error ends in conclude
+// (outcome.go), which reads the error's reason and policy (package
+// failure) and sets the conditions, the event, the metrics outcome and the
+// requeue from them.
 //
 // Daemon wires the loop into a controller-runtime manager together with the
 // root source, which applies every ClusterDeployment committed under a path

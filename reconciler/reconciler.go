@@ -2,7 +2,6 @@ package reconciler
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -14,11 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/failure"
 	"github.com/capstan-dev/capstan/reconciler/metrics"
 	"github.com/capstan-dev/capstan/render"
 	"github.com/capstan-dev/capstan/sources"
@@ -53,6 +52,8 @@ type Reconciler struct {
 	fetches  atomic.Int64
 	renders  atomic.Int64
 	failures failureCounter
+	// stalls remembers the input each stalled deployment stalled on.
+	stalls stallMemo
 	// unreachable counts the consecutive attempts a deployment's stage
 	// waited for its cluster, for the backoff; they are not failures.
 	unreachable failureCounter
@@ -116,6 +117,13 @@ type attempt struct {
 	// content again (requests.go): nothing cached is used, and an
 	// unchanged revision is walked again.
 	refetch bool
+	// sourceFailed is set when the source could not be checked or
+	// fetched: conclude reports it in SourceReady, not Ready.
+	sourceFailed bool
+	// stageRecorded is set when the attempt ends on a stage that failed
+	// or waits for its cluster: the walk recorded it in the stage's
+	// status, the Ready condition and a StageFailed event already.
+	stageRecorded bool
 }
 
 // step is one part of a reconcile. done ends the walk early without error.
@@ -170,7 +178,7 @@ func (r *Reconciler) runSteps(ctx context.Context, a *attempt) (reconcile.Result
 	for _, s := range steps {
 		done, err := s(ctx, a)
 		if err != nil {
-			return r.fail(ctx, a, err)
+			return r.conclude(ctx, a, err)
 		}
 		if done {
 			break
@@ -185,6 +193,7 @@ func (r *Reconciler) runSteps(ctx context.Context, a *attempt) (reconcile.Result
 func (r *Reconciler) forget(namespace, name string) {
 	r.metrics.Forget(namespace, name)
 	r.failures.reset(types.NamespacedName{Namespace: namespace, Name: name})
+	r.stalls.forget(types.NamespacedName{Namespace: namespace, Name: name})
 	r.unreachable.reset(types.NamespacedName{Namespace: namespace, Name: name})
 	if r.clusters != nil {
 		r.clusters.forget(namespace, name)
@@ -211,10 +220,12 @@ func interval(cd *capstanv1.ClusterDeployment) time.Duration {
 // checkSource asks the remote for its revision, and ends the reconcile
 // when nothing changed since the last complete walk: same revision, same
 // generation, every stage Ready, or stalled on this very input. That no-op
-// costs one remote check and no API write.
+// costs one remote check and no API write. A source that cannot be asked
+// is a source failure (conclude): SourceReady says so, Ready stays.
 func (r *Reconciler) checkSource(ctx context.Context, a *attempt) (bool, error) {
 	src, err := r.sourceFor(ctx, a.cd)
 	if err != nil {
+		a.sourceFailed = true
 		return false, err
 	}
 	a.source = src
@@ -227,33 +238,58 @@ func (r *Reconciler) checkSource(ctx context.Context, a *attempt) (bool, error) 
 		Operation: metrics.SourceRevision, Duration: time.Since(begin), Revision: rev, Interval: interval(a.cd), Err: err,
 	})
 	if err != nil {
-		return false, fmt.Errorf("check source: %w", err)
+		a.sourceFailed = true
+		return false, fmt.Errorf("check source: %w", sources.Unavailable(err))
 	}
 	a.revision = rev
-	st := a.cd.Status
-	if st.Revision == rev && st.ObservedGeneration == a.cd.Generation && !a.refetch {
-		if conditionTrue(a.cd, capstanv1.ConditionReady) {
-			key := client.ObjectKeyFromObject(a.cd)
-			r.drift.track(a.cd)
-			if r.drift.has(key) {
-				// Nothing changed, but applied objects drifted: correct
-				// them from what this revision applies, rendered again
-				// if it is not at hand.
-				if set := r.drift.desiredFor(key, rev, a.cd.Generation); set != nil {
-					return true, r.correctDrift(ctx, a.cd, set, r.drift.take(key))
-				}
-				a.driftOnly = true
-				return false, nil
-			}
-			return true, nil
-		}
-		if conditionTrue(a.cd, capstanv1.ConditionStalled) {
-			// Still stalled on the same input: no retry, but still a
-			// failure, so that alerts on failing deployments see it.
-			a.outcome = metrics.OutcomeStalled
-			return true, nil
-		}
+	before := a.cd.DeepCopy()
+	r.sourceSucceeded(a.cd, rev)
+	if !r.unchanged(a) {
+		return false, nil
 	}
+	// Nothing to walk. Status may have news all the same, that the source
+	// answers again; otherwise this costs no write.
+	if err := r.patchStatus(ctx, before, a.cd); err != nil {
+		return false, err
+	}
+	return r.correctIfDrifted(ctx, a)
+}
+
+// unchanged reports whether the revision and generation are those of the
+// last complete walk (Ready), or of the input the deployment stalled on.
+func (r *Reconciler) unchanged(a *attempt) bool {
+	st, rev := a.cd.Status, a.revision
+	if st.Revision != rev || st.ObservedGeneration != a.cd.Generation || a.refetch {
+		return false
+	}
+	if conditionTrue(a.cd, capstanv1.ConditionReady) {
+		return true
+	}
+	if conditionTrue(a.cd, capstanv1.ConditionStalled) && r.stalls.stalledOn(client.ObjectKeyFromObject(a.cd), rev, a.cd.Generation) {
+		// Still stalled on the same input: no retry, but still a
+		// failure, so that alerts on failing deployments see it.
+		a.outcome = metrics.OutcomeStalled
+		return true
+	}
+	return false
+}
+
+// correctIfDrifted ends the reconcile of an unchanged deployment, unless
+// objects it applied drifted: then they are corrected from what this
+// revision applies, rendered again if it is not at hand (driftOnly).
+func (r *Reconciler) correctIfDrifted(ctx context.Context, a *attempt) (bool, error) {
+	if !conditionTrue(a.cd, capstanv1.ConditionReady) {
+		return true, nil
+	}
+	key := client.ObjectKeyFromObject(a.cd)
+	r.drift.track(a.cd)
+	if !r.drift.has(key) {
+		return true, nil
+	}
+	if set := r.drift.desiredFor(key, a.revision, a.cd.Generation); set != nil {
+		return true, r.correctDrift(ctx, a.cd, set, r.drift.take(key))
+	}
+	a.driftOnly = true
 	return false, nil
 }
 
@@ -268,7 +304,8 @@ func (r *Reconciler) fetchArtifact(ctx context.Context, a *attempt) (bool, error
 		r.metrics.ObserveSource(a.cd, o)
 	}
 	if err != nil {
-		return false, fmt.Errorf("fetch %s: %w", a.revision, err)
+		a.sourceFailed = true
+		return false, fmt.Errorf("fetch %s: %w", a.revision, sources.Unavailable(err))
 	}
 	if fetched {
 		r.fetches.Add(1)
@@ -302,14 +339,18 @@ func (r *Reconciler) renderObjects(ctx context.Context, a *attempt) (bool, error
 	}
 	rendered, err := r.render(ctx, a, opts) // bounded: sourcecache.go
 	if err != nil {
-		return false, stages.Stalled(fmt.Errorf("render %s at %s: %w", a.cd.Spec.Path, a.revision, err))
+		err = fmt.Errorf("render %s at %s: %w", a.cd.Spec.Path, a.revision, err)
+		if ctx.Err() != nil {
+			return false, err // the attempt ended, not the render
+		}
+		return false, failure.Default(err, render.ReasonRenderFailed, failure.PolicyStalled)
 	}
 	// Variables left unset are reported by preflight, with every other
 	// problem of the revision.
 	objs := rendered.Objects
 	a.rendered = rendered
 	if bootstrapKey != "" && !anyHolds(objs, bootstrapKey) {
-		return false, stages.Stalled(fmt.Errorf("render %s at %s: no object carries the bootstrap SSH key; "+
+		return false, failure.Stalled(ReasonBootstrapKeyUnused, fmt.Errorf("render %s at %s: no object carries the bootstrap SSH key; "+
 			"this plan always adds it to the cluster: put ${%s} in the machines' authorized keys "+
 			"(e.g. KubeadmControlPlane spec.kubeadmConfigSpec.users[].sshAuthorizedKeys, or sshAuthorizedKeys of the network ConfigMap)",
 			a.cd.Spec.Path, a.revision, stages.BootstrapKeyVar))
@@ -366,11 +407,11 @@ func (r *Reconciler) buildPlan(_ context.Context, a *attempt) (bool, error) {
 	}
 	specs, err := stages.StageSpecs(a.cd.Spec)
 	if err != nil {
-		return false, stages.Stalled(err)
+		return false, failure.Stalled(failure.ReasonOf(err, ReasonPlanInvalid), err)
 	}
 	plan, err := stages.BuildPlan(specs, a.objects)
 	if err != nil {
-		return false, stages.Stalled(fmt.Errorf("plan: %w", err))
+		return false, failure.Stalled(failure.ReasonOf(err, ReasonPlanInvalid), fmt.Errorf("plan: %w", err))
 	}
 	if a.cd.Annotations[pivot.ArrivedAnnotation] != "" {
 		// The deployment was moved here: what served only its building
@@ -394,63 +435,10 @@ func (r *Reconciler) driftOnly(ctx context.Context, a *attempt) (bool, error) {
 	return true, r.correctFromPlan(ctx, a)
 }
 
-// fail records a failed attempt: the Ready condition says why, Stalled is
-// set when a retry cannot help, and the next attempt is scheduled with
-// exponential backoff (or after the poll interval when stalled, since only
-// a new revision or spec can fix it).
-func (r *Reconciler) fail(ctx context.Context, a *attempt, err error) (reconcile.Result, error) {
-	logger := log.FromContext(ctx)
-	cd := a.cd
-	before := cd.DeepCopy()
-	if a.revision != "" {
-		cd.Status.Revision = a.revision
-	}
-	cd.Status.ObservedGeneration = cd.Generation
-	isStalled := stages.IsStalled(err) || sources.IsStalled(err)
-	a.outcome = metrics.OutcomeError
-	if isStalled {
-		a.outcome = metrics.OutcomeStalled
-	}
-	msg := err.Error()
-	setCondition(cd, capstanv1.ConditionReady, false, reasonFor(err), msg)
-	if isStalled {
-		setCondition(cd, capstanv1.ConditionStalled, true, reasonFor(err), msg)
-		setCondition(cd, capstanv1.ConditionReconciling, false, reasonFor(err), msg)
-	} else {
-		setCondition(cd, capstanv1.ConditionStalled, false, "Retrying", "")
-		setCondition(cd, capstanv1.ConditionReconciling, true, reasonFor(err), msg)
-	}
-	if perr := r.patchStatus(ctx, before, cd); perr != nil {
-		logger.Error(perr, "record failure in status")
-	}
-	logger.Error(err, "reconcile failed", "revision", a.revision, "stalled", isStalled)
-	r.events.Eventf(cd, nil, "Warning", reasonFor(err), "Reconcile", "%s", msg)
-	if isStalled {
-		return reconcile.Result{RequeueAfter: interval(cd)}, nil
-	}
-	return reconcile.Result{RequeueAfter: r.backoff(r.failures.inc(client.ObjectKeyFromObject(cd)))}, nil
-}
-
 func (r *Reconciler) backoff(attempts int) time.Duration {
 	d := r.opts.RetryBase
 	for i := 1; i < attempts && d < r.opts.RetryMax; i++ {
 		d *= 2
 	}
 	return min(d, r.opts.RetryMax)
-}
-
-func reasonFor(err error) string {
-	var renderErr *render.Error
-	switch {
-	case stages.IsPreflightFailed(err):
-		return stages.PreflightReason
-	case errors.As(err, &renderErr):
-		return "RenderFailed"
-	case stages.IsStalled(err):
-		return "Stalled"
-	case apierrors.IsNotFound(err):
-		return "NotFound"
-	default:
-		return "ReconcileFailed"
-	}
 }

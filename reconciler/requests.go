@@ -34,6 +34,7 @@ func pendingRequest(cd *capstanv1.ClusterDeployment) (requested string, refetch 
 func (r *Reconciler) refetch(a *attempt) {
 	a.source.mu.Lock()
 	a.source.store.Drop(a.source.key)
+	a.source.refused, a.source.refusal = "", nil
 	a.source.mu.Unlock()
 	r.plans.drop(client.ObjectKeyFromObject(a.cd))
 }

@@ -44,6 +44,14 @@ type RootOptions struct {
 	Source sources.Source
 }
 
+// rootCredentials names where the root source's credentials are set: the
+// flags of capstan run, which its authentication errors point to.
+var rootCredentials = git.CredentialsFrom{
+	HTTP:       "--source-username and $CAPSTAN_SOURCE_PASSWORD of capstan run (the root source)",
+	SSHKey:     "--source-ssh-key-file of capstan run (the root source)",
+	KnownHosts: "--source-known-hosts-file of capstan run (the root source)",
+}
+
 // rootSource is a manager runnable that keeps the set of ClusterDeployments
 // in the cluster equal to the set committed under the root path. A
 // deployment removed from git is deleted from the cluster; what it applied
@@ -93,7 +101,7 @@ func newRootSource(opts RootOptions, c client.Client, cache *sourceCache) (*root
 	src := opts.Source
 	if src == nil {
 		var err error
-		if src, err = git.New(git.Options{URL: opts.URL, Branch: opts.Branch, Auth: opts.Auth}); err != nil {
+		if src, err = git.New(git.Options{URL: opts.URL, Branch: opts.Branch, Auth: opts.Auth, CredentialsFrom: rootCredentials}); err != nil {
 			return nil, fmt.Errorf("root source: %w", err)
 		}
 	}

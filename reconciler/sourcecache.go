@@ -18,11 +18,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/failure"
 	"github.com/capstan-dev/capstan/render"
 	"github.com/capstan-dev/capstan/sources"
 	"github.com/capstan-dev/capstan/sources/git"
 	"github.com/capstan-dev/capstan/sources/oci"
-	"github.com/capstan-dev/capstan/stages"
 )
 
 // rootSourceKey is the cache key of the daemon's root source.
@@ -137,6 +137,15 @@ type sourceEntry struct {
 	lastChecked  time.Time
 	lastEpoch    uint64
 	epoch        atomic.Uint64
+
+	// refused is the revision whose content the source refused (a file or
+	// an artifact over a limit, a path that leaves the root, a signature
+	// that does not verify), and refusal why: fetching it again cannot
+	// change the answer, and a refused artifact may well be a large one.
+	// A new revision, or a refetch (capstan reconcile --with-source),
+	// asks the remote again.
+	refused string
+	refusal error
 }
 
 // revision returns the remote's revision: the answer the remote gave
@@ -180,9 +189,15 @@ func (e *sourceEntry) fetch(ctx context.Context, revision string) (art *sources.
 	if art, ok := e.store.Get(e.key, revision); ok {
 		return art, false, nil
 	}
+	if revision != "" && revision == e.refused {
+		return nil, false, e.refusal
+	}
 	art, err = e.source.Fetch(ctx)
 	if err != nil {
 		e.checkAuth(err)
+		if errors.Is(err, sources.ErrRefused) && revision != "" {
+			e.refused, e.refusal = revision, err
+		}
 		return nil, true, err
 	}
 	e.store.Put(e.key, art)
@@ -391,7 +406,7 @@ func (r *Reconciler) sourceFor(ctx context.Context, cd *capstanv1.ClusterDeploym
 	spec := cd.Spec.Source
 	switch {
 	case spec != nil && spec.Git != nil && spec.OCI != nil:
-		return nil, stages.Stalled(fmt.Errorf("spec.source: set only one of git and oci"))
+		return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source: set only one of git and oci"))
 	case spec != nil && spec.Git != nil:
 		return r.gitSourceFor(ctx, cd, spec.Git)
 	case spec != nil && spec.OCI != nil:
@@ -402,7 +417,7 @@ func (r *Reconciler) sourceFor(ctx context.Context, cd *capstanv1.ClusterDeploym
 	r.sources.forget(client.ObjectKeyFromObject(cd))
 	e, ok := r.sources.lookup(rootSourceKey)
 	if !ok {
-		return nil, stages.Stalled(fmt.Errorf("spec.source: not set, and the daemon runs without a root source (--source); set spec.source.git.url or spec.source.oci.url"))
+		return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source: not set, and the daemon runs without a root source (--source); set spec.source.git.url or spec.source.oci.url"))
 	}
 	return e, nil
 }
@@ -417,7 +432,8 @@ func (r *Reconciler) readSecret(ctx context.Context, cd *capstanv1.ClusterDeploy
 	}
 	secret := &corev1.Secret{}
 	if err := r.client.Get(ctx, key, secret); err != nil {
-		return nil, fmt.Errorf("%s: read Secret %s/%s: %w", field, cd.Namespace, name, err)
+		// Retried: creating the Secret, or granting its read, heals it.
+		return nil, failure.Retryable(ReasonSecretNotReadable, fmt.Errorf("%s: read Secret %s/%s: %w", field, cd.Namespace, name, err))
 	}
 	r.sources.keepSecret(secret)
 	return secret, nil
@@ -458,7 +474,7 @@ func (r *Reconciler) gitSourceFor(ctx context.Context, cd *capstanv1.ClusterDepl
 			}
 		}
 		if len(opts.Verify.OpenPGPKeyRings)+len(opts.Verify.SSHKeys) == 0 {
-			return nil, stages.Stalled(fmt.Errorf("spec.source.git.verify.secretRef: Secret %s/%s has no key ending in .asc (OpenPGP) or .pub (SSH)",
+			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.git.verify.secretRef: Secret %s/%s has no key ending in .asc (OpenPGP) or .pub (SSH)",
 				cd.Namespace, v.SecretRef.Name))
 		}
 		key += fmt.Sprintf("|verify=%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
@@ -467,7 +483,7 @@ func (r *Reconciler) gitSourceFor(ctx context.Context, cd *capstanv1.ClusterDepl
 	return r.sources.get(key, client.ObjectKeyFromObject(cd), func() (sources.Source, error) {
 		src, err := git.New(opts)
 		if err != nil {
-			return nil, stages.Stalled(fmt.Errorf("spec.source.git: %w", err))
+			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.git: %w", err))
 		}
 		return src, nil
 	})
@@ -497,7 +513,7 @@ func (r *Reconciler) ociSourceFor(ctx context.Context, cd *capstanv1.ClusterDepl
 			}
 		}
 		if opts.Auth.DockerConfig == nil {
-			return nil, stages.Stalled(fmt.Errorf("spec.source.oci.secretRef: Secret %s/%s has no %s key: create it with kubectl create secret docker-registry",
+			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.oci.secretRef: Secret %s/%s has no %s key: create it with kubectl create secret docker-registry",
 				cd.Namespace, ref.Name, strings.Join(dockerConfigKeys, " or ")))
 		}
 		key += fmt.Sprintf("|%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
@@ -514,7 +530,7 @@ func (r *Reconciler) ociSourceFor(ctx context.Context, cd *capstanv1.ClusterDepl
 			}
 		}
 		if len(opts.Verify.PublicKeys) == 0 {
-			return nil, stages.Stalled(fmt.Errorf("spec.source.oci.verify.secretRef: Secret %s/%s has no key ending in .pub: create it with kubectl create secret generic %s --from-file=cosign.pub",
+			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.oci.verify.secretRef: Secret %s/%s has no key ending in .pub: create it with kubectl create secret generic %s --from-file=cosign.pub",
 				cd.Namespace, v.SecretRef.Name, v.SecretRef.Name))
 		}
 		key += fmt.Sprintf("|verify=%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
@@ -524,7 +540,7 @@ func (r *Reconciler) ociSourceFor(ctx context.Context, cd *capstanv1.ClusterDepl
 	return r.sources.get(key, client.ObjectKeyFromObject(cd), func() (sources.Source, error) {
 		src, err := oci.New(opts)
 		if err != nil {
-			return nil, stages.Stalled(fmt.Errorf("spec.source.oci: %w", err))
+			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.oci: %w", err))
 		}
 		return src, nil
 	})

@@ -107,3 +107,64 @@ func (f *failureCounter) reset(key types.NamespacedName) {
 	defer f.mu.Unlock()
 	delete(f.n, key)
 }
+
+// stallMemo remembers, per deployment, the input (revision and
+// generation) it stalled on, so that a poll finding the same input does
+// nothing. It lives in memory: after a restart a stalled deployment is
+// tried once more, which is cheap and finds a fix made meanwhile outside
+// the input.
+type stallMemo struct {
+	mu sync.Mutex
+	at map[types.NamespacedName]stalledInput
+}
+
+type stalledInput struct {
+	revision   string
+	generation int64
+}
+
+func (m *stallMemo) remember(key types.NamespacedName, revision string, generation int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.at == nil {
+		m.at = map[types.NamespacedName]stalledInput{}
+	}
+	m.at[key] = stalledInput{revision: revision, generation: generation}
+}
+
+func (m *stallMemo) forget(key types.NamespacedName) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.at, key)
+}
+
+// stalledOn reports whether the deployment stalled on this very input.
+func (m *stallMemo) stalledOn(key types.NamespacedName, revision string, generation int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	in, ok := m.at[key]
+	return ok && in == stalledInput{revision: revision, generation: generation}
+}
+
+// restartStages makes every recorded stage Pending at revision: what they
+// said belonged to another input.
+func restartStages(cd *capstanv1.ClusterDeployment, revision string) {
+	for i, st := range cd.Status.Stages {
+		cd.Status.Stages[i] = capstanv1.StageStatus{Name: st.Name, State: capstanv1.StagePending, Revision: revision, Objects: st.Objects}
+	}
+	cd.Status.Revision = revision
+	cd.Status.CurrentStage = ""
+}
+
+// sourceSucceeded records that the source answered: SourceReady=True, and
+// what a source failure had set is cleared (a Stalled condition of its
+// reason, the failures in a row it counted).
+func (r *Reconciler) sourceSucceeded(cd *capstanv1.ClusterDeployment, revision string) {
+	if prev := meta.FindStatusCondition(cd.Status.Conditions, capstanv1.ConditionSourceReady); prev != nil && prev.Status == metav1.ConditionFalse {
+		if st := meta.FindStatusCondition(cd.Status.Conditions, capstanv1.ConditionStalled); st != nil && st.Reason == prev.Reason {
+			setCondition(cd, capstanv1.ConditionStalled, false, "SourceReady", "")
+		}
+		r.failures.reset(client.ObjectKeyFromObject(cd))
+	}
+	setCondition(cd, capstanv1.ConditionSourceReady, true, "Succeeded", "revision "+revision)
+}

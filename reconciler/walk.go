@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/failure"
 	"github.com/capstan-dev/capstan/reconciler/metrics"
 	"github.com/capstan-dev/capstan/stages"
 )
@@ -101,23 +102,15 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 		case capstanv1.StageFailed:
 			r.metrics.ObserveStageEnd(st().Name, metrics.StageResultFailed, r.opts.Now().Sub(st().StartedAt.Time))
 			r.event(cd, "Warning", "StageFailed", "stage %s attempt %d failed: %s", st().Name, st().Attempts, res.Message)
-			if stages.IsStalled(res.Err) {
-				return false, res.Err
-			}
-			// A failed attempt is a failed reconcile, though the walk
-			// itself ends without error: the stage is retried with backoff,
-			// by the failures in a row (attempts also count the wait
-			// slices of a stage that waited before it failed).
-			a.outcome = metrics.OutcomeError
-			a.requeue = r.backoff(r.failures.inc(client.ObjectKeyFromObject(cd)))
+			// conclude decides by the error's policy: retried with backoff
+			// on the failures in a row, or stalled.
+			a.stageRecorded = true
+			return false, failure.Default(stageError(st().Name, res), stages.ReasonStageFailed, failure.PolicyRetry)
 		case capstanv1.StageInProgress:
 			if stages.IsUnreachable(res.Err) {
-				// Waiting for the cluster, not failing: back off, but not
-				// so far that its return goes unnoticed for long.
-				n := r.unreachable.inc(client.ObjectKeyFromObject(cd))
-				a.requeue = min(r.backoff(n), unreachableRetryMax)
-				log.FromContext(ctx).Info("stage waits for its cluster", "stage", st().Name, "message", st().Message, "retryIn", a.requeue)
-				return true, nil
+				// Waiting for the cluster, not failing (conclude).
+				a.stageRecorded = true
+				return false, res.Err
 			}
 			// Not ready yet: the wait slice already waited on watch events,
 			// so come back soon rather than after the poll interval.
@@ -321,11 +314,11 @@ func (r *Reconciler) recordResult(cd *capstanv1.ClusterDeployment, st *capstanv1
 		st.Message = ""
 	case capstanv1.StageFailed:
 		st.State = capstanv1.StageFailed
-		setCondition(cd, capstanv1.ConditionReady, false, "StageFailed", fmt.Sprintf("stage %s: %s", st.Name, st.Message))
+		setCondition(cd, capstanv1.ConditionReady, false, failure.ReasonOf(res.Err, stages.ReasonStageFailed), fmt.Sprintf("stage %s: %s", st.Name, st.Message))
 	default:
 		st.State = capstanv1.StageInProgress
 		st.Stuck = stage.StuckAfter != nil && r.opts.Now().Sub(st.StartedAt.Time) > stage.StuckAfter.Duration
-		setCondition(cd, capstanv1.ConditionReady, false, "Progressing", fmt.Sprintf("stage %s: %s", st.Name, st.Message))
+		setCondition(cd, capstanv1.ConditionReady, false, failure.ReasonOf(res.Err, "Progressing"), fmt.Sprintf("stage %s: %s", st.Name, st.Message))
 	}
 }
 
@@ -336,7 +329,7 @@ func (r *Reconciler) hardTimeout(stage *stages.Stage, st *capstanv1.StageStatus)
 		return false, nil
 	}
 	if elapsed := r.opts.Now().Sub(st.StartedAt.Time); elapsed > stage.Timeout.Duration {
-		return true, stages.Stalled(fmt.Errorf("stage %s: not ready after %s, over its timeout of %s: %s",
+		return true, failure.Stalled(stages.ReasonStageTimedOut, fmt.Errorf("stage %s: not ready after %s, over its timeout of %s: %s",
 			st.Name, elapsed.Round(time.Second), stage.Timeout.Duration, st.Message))
 	}
 	return false, nil

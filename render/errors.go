@@ -1,10 +1,23 @@
 package render
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/capstan-dev/capstan/failure"
+)
+
+// Reasons of render failures, in conditions, events and
+// docs/troubleshooting.md.
+const (
+	// ReasonRenderFailed: the revision does not build (YAML, kustomize,
+	// substitution).
+	ReasonRenderFailed = "RenderFailed"
+	// ReasonRenderLimit: the revision builds past a limit of --max-*.
+	ReasonRenderLimit = "RenderLimitExceeded"
 )
 
 // Error is one problem found while rendering, located as precisely as
@@ -13,7 +26,8 @@ import (
 // "clusters/mgmt/cluster.yaml: Cluster/mgmt: spec.foo: ...". Build and
 // LoadManifests join several of them with errors.Join; use errors.As to get
 // at them. Every Error means the input must change before a retry can
-// succeed.
+// succeed: it is a stalled failure (failure.Classified), with reason
+// RenderFailed, or RenderLimitExceeded when it wraps ErrLimit.
 type Error struct {
 	// File is the path of the file in the artifact, slash-separated and
 	// relative to its root.
@@ -44,6 +58,16 @@ func (e *Error) Error() string {
 
 // Unwrap returns the underlying problem.
 func (e *Error) Unwrap() error { return e.Err }
+
+// Failure gives e its reason and policy: stalled, since only a new
+// revision or spec can change what renders.
+func (e *Error) Failure() *failure.Error {
+	reason := ReasonRenderFailed
+	if errors.Is(e.Err, ErrLimit) {
+		reason = ReasonRenderLimit
+	}
+	return &failure.Error{Reason: reason, Policy: failure.PolicyStalled, Err: e}
+}
 
 // objectName names an object the way Error.Object does.
 func objectName(kind, namespace, name string) string {

@@ -9,6 +9,7 @@
 // Limits), in memory or, for the daemon, streamed into a directory of its
 // artifact cache (Store) so that artifacts cost disk rather than memory; Symlinks turns the links of an archive or a folder into copies of
 // their targets, or refuses them. Sources wrap ErrAuth, ErrNotFound,
-// ErrRefused or ErrInvalid into failures that retrying cannot fix, so that
-// the reconciler can tell them from transient ones with IsStalled.
+// ErrRefused or ErrInvalid into failures that retrying cannot fix, and
+// ErrUnavailable into transient ones: each is a failure.Error with its
+// reason and policy, which the reconciler reads (failure.From).
 package sources

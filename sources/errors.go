@@ -1,31 +1,61 @@
 package sources
 
-import "errors"
+import (
+	"errors"
 
-// The errors below give a source failure its policy. A source wraps one of
-// them (with %w, next to the underlying cause) when retrying with the same
-// settings cannot help; the reconciler then reports the deployment as stalled
-// and polls slowly instead of hot-looping. Any other error is retryable:
-// network trouble, a server that answered 5xx, a context deadline.
+	"github.com/capstan-dev/capstan/failure"
+)
+
+// Reasons of source failures, in conditions, events and
+// docs/troubleshooting.md. Each starts with "Source", which is how status
+// readers tell a source failure from others (api/v1alpha1 summary.go).
+const (
+	// ReasonAuthenticationFailed: the remote refused the credentials.
+	ReasonAuthenticationFailed = "SourceAuthenticationFailed"
+	// ReasonSourceNotFound: the repository, ref, tag or path is not there.
+	ReasonSourceNotFound = "SourceNotFound"
+	// ReasonArtifactRefused: the content breaks a limit or a rule.
+	ReasonArtifactRefused = "SourceArtifactRefused"
+	// ReasonSourceInvalid: the source's own settings are wrong.
+	ReasonSourceInvalid = "SourceInvalid"
+	// ReasonSourceUnavailable: the remote did not answer, or answered
+	// with an error that may pass.
+	ReasonSourceUnavailable = "SourceUnavailable"
+)
+
+// The errors below give a source failure its reason and policy
+// (failure.Error). A source wraps one of them (with %w, next to the
+// underlying cause); errors.Is tells them apart, failure.From reads their
+// reason and policy. The first four need a human: the reconciler reports
+// the deployment as stalled and polls at its interval instead of
+// hot-looping. An error that wraps none of them is transient.
 var (
 	// ErrAuth means the remote refused the credentials, or wanted some and
 	// got none.
-	ErrAuth = errors.New("authentication failed")
+	ErrAuth = failure.New(ReasonAuthenticationFailed, failure.PolicyStalled, errors.New("authentication failed"))
 	// ErrNotFound means the repository, branch, tag or path does not exist
 	// on the remote.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = failure.New(ReasonSourceNotFound, failure.PolicyStalled, errors.New("not found"))
 	// ErrRefused means the content was fetched but Capstan will not use it:
 	// it breaks a size limit, has a path or symlink that leaves the artifact
 	// root, or has a file type an artifact cannot hold.
-	ErrRefused = errors.New("content refused")
+	ErrRefused = failure.New(ReasonArtifactRefused, failure.PolicyStalled, errors.New("content refused"))
 	// ErrInvalid means the source's own settings are wrong: a malformed URL,
 	// an unsupported scheme, an unparsable key.
-	ErrInvalid = errors.New("invalid source settings")
+	ErrInvalid = failure.New(ReasonSourceInvalid, failure.PolicyStalled, errors.New("invalid source settings"))
+	// ErrUnavailable means the remote could not be asked or answered with
+	// an error that may pass: a refused connection, a timeout, a 5xx.
+	ErrUnavailable = failure.New(ReasonSourceUnavailable, failure.PolicyRetry, errors.New("source unavailable"))
 )
 
 // IsStalled reports whether err is one that needs a human to change the
 // source or its settings before a retry can succeed.
 func IsStalled(err error) bool {
-	return errors.Is(err, ErrAuth) || errors.Is(err, ErrNotFound) ||
-		errors.Is(err, ErrRefused) || errors.Is(err, ErrInvalid)
+	return failure.IsStalled(err)
+}
+
+// Unavailable gives err, a failure of a source to answer, the reason and
+// policy of ErrUnavailable unless it carries its own.
+func Unavailable(err error) error {
+	return failure.Default(err, ReasonSourceUnavailable, failure.PolicyRetry)
 }

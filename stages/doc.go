@@ -8,8 +8,10 @@
 // server-side apply (fluxcd/pkg/ssa) from a bounded pool of workers, then
 // waits on watch events, not on a polling timer, until the stage's readiness
 // checks hold or the context's deadline passes. It returns what it did as a
-// Result; it never writes status. The reconciler decides what a Result
-// means for status, events and metrics, and when to try again.
+// Result; it never writes status. A failed Result carries a failure.Error
+// (a reason such as ObjectInvalid or ApplyFailed, and a policy: retry,
+// wait or stalled); the reconciler decides what it means for status,
+// events and metrics, and when to try again.
 //
 // The Executor acts on one Cluster, a connection to one cluster: the one
 // Capstan runs in, or another reached through a kubeconfig (Executor.On).

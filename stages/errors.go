@@ -5,38 +5,69 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+
+	"github.com/capstan-dev/capstan/failure"
 )
 
-// StalledError marks an error that retrying cannot fix: the input or the
-// cluster must change first (an invalid object, a missing CRD, an
-// expression that does not compile). The reconciler reports it as Stalled
-// and does not hot-loop on it.
-type StalledError struct {
-	Err error
-}
+// Reasons of stage failures, in conditions, events and
+// docs/troubleshooting.md.
+const (
+	// ReasonStageFailed: an attempt at a stage failed; what the message
+	// says decides whether a retry helps (the policy).
+	ReasonStageFailed = "StageFailed"
+	// ReasonStageTimedOut: a stage was in progress longer than its timeout.
+	ReasonStageTimedOut = "StageTimedOut"
+	// ReasonApplyFailed: the API server did not take an object, for a
+	// reason that may pass (a timeout, a conflict, a 5xx).
+	ReasonApplyFailed = "ApplyFailed"
+	// ReasonKindNotServed: the cluster does not serve an object's kind.
+	ReasonKindNotServed = "KindNotServed"
+	// ReasonObjectInvalid: the API server refused an object as invalid.
+	ReasonObjectInvalid = "ObjectInvalid"
+	// ReasonObjectTooLarge: an object is over the API server's request
+	// size limit.
+	ReasonObjectTooLarge = "ObjectTooLarge"
+	// ReasonForbidden: Capstan's identity may not write an object's kind.
+	ReasonForbidden = "Forbidden"
+	// ReasonOwnershipConflict: an object belongs to another deployment, or
+	// exists and may not be taken over.
+	ReasonOwnershipConflict = "OwnershipConflict"
+	// ReasonReadinessCheckFailed: a readiness expression does not compile,
+	// or is over the CEL cost limit on a live object.
+	ReasonReadinessCheckFailed = "ReadinessCheckFailed"
+	// ReasonPivotBlocked: a pivot stage cannot start or go on until someone
+	// acts: no target kubeConfig, a move into another cluster under way,
+	// the move's preflight found missing CRDs or a deployment in the way.
+	ReasonPivotBlocked = "PivotBlocked"
+	// ReasonFenced: the fencing record of the deployment names another
+	// Capstan, which owns it now (after a pivot); this one must not write.
+	ReasonFenced = "Fenced"
+	// ReasonClusterUnreachable: the cluster a stage acts on does not
+	// answer, or its kubeconfig cannot be used (waiting, not failing).
+	ReasonClusterUnreachable = "ClusterUnreachable"
+)
 
-func (e *StalledError) Error() string { return e.Err.Error() }
-
-// Unwrap returns the underlying error.
-func (e *StalledError) Unwrap() error { return e.Err }
-
-// Stalled wraps err as a StalledError.
+// Stalled marks err as a stage failure that retrying cannot fix: the input
+// or the cluster must change first (an invalid object, a missing CRD, an
+// expression that does not compile). An err that carries a reason of its
+// own (failure.Error) keeps it and becomes stalled.
 func Stalled(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &StalledError{Err: err}
+	return failure.Stalled(failure.ReasonOf(err, ReasonStageFailed), err)
 }
 
-// IsStalled reports whether err, or any error it joins or wraps, is stalled.
+// IsStalled reports whether err is stalled (failure.IsStalled): of errors
+// joined, any one stalled stalls them all.
 func IsStalled(err error) bool {
-	var s *StalledError
-	return errors.As(err, &s)
+	return failure.IsStalled(err)
 }
 
 // isInvalid reports whether the API server refused the object itself: a
@@ -51,9 +82,10 @@ func isInvalid(err error) bool {
 // UnreachableError says that the cluster a stage acts on cannot be used
 // now: it does not answer (connection refused, DNS, TLS, a timeout) or
 // the kubeconfig that reaches it is missing or malformed. It is waiting,
-// not failing: the stage stays InProgress and is retried with backoff, and
-// nothing counts it as a failure, since the cluster coming back or the
-// Secret being fixed heals it without any change to the deployment.
+// not failing (failure.PolicyWait, reason ClusterUnreachable): the stage
+// stays InProgress and is retried with backoff, and nothing counts it as a
+// failure, since the cluster coming back or the Secret being fixed heals
+// it without any change to the deployment.
 type UnreachableError struct {
 	// Cluster names the cluster, by the Secret its kubeconfig is read
 	// from ("Secret ns/name").
@@ -68,6 +100,11 @@ func (e *UnreachableError) Error() string {
 
 // Unwrap returns the underlying error.
 func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// Failure gives e its reason and policy: waiting for the cluster.
+func (e *UnreachableError) Failure() *failure.Error {
+	return &failure.Error{Reason: ReasonClusterUnreachable, Policy: failure.PolicyWait, Err: e}
+}
 
 // IsUnreachable reports whether err, or any error it joins or wraps, is
 // an UnreachableError.
@@ -118,4 +155,48 @@ func isNetworkError(err error) bool {
 		}
 	}
 	return false
+}
+
+// classifyApplyError names the object and gives an error of the API server
+// its reason and policy. Stalled, because a retry of the same object
+// cannot succeed: a kind the cluster does not serve, an object it refuses
+// as invalid, one over its request size limit, a kind Capstan's identity
+// may not write (RBAC; looked at again every forbiddenRecheck, since
+// granting the permission heals it at the same revision). Anything else
+// (a timeout, a conflict, a webhook that did not answer, a namespace being
+// terminated) is retried.
+func classifyApplyError(obj *unstructured.Unstructured, err error) error {
+	wrapped := err
+	if !strings.Contains(err.Error(), ObjectRef(obj)) {
+		wrapped = fmt.Errorf("apply %s: %w", ObjectRef(obj), err)
+	}
+	switch {
+	case meta.IsNoMatchError(err):
+		return failure.Stalled(ReasonKindNotServed, fmt.Errorf("apply %s: the cluster does not serve %s (is its CustomResourceDefinition installed?): %w",
+			ObjectRef(obj), obj.GroupVersionKind().GroupVersion().WithKind(obj.GetKind()), err))
+	case apierrors.IsRequestEntityTooLargeError(err):
+		return failure.Stalled(ReasonObjectTooLarge, fmt.Errorf("%w; the API server takes requests up to 3 MiB and stores objects up to 1.5 MiB: "+
+			"split the object, or keep large data out of it (a ConfigMap or Secret holds at most 1 MiB)", wrapped))
+	case isInvalid(err):
+		return failure.Stalled(ReasonObjectInvalid, wrapped)
+	case isRBACDenied(err):
+		return &failure.Error{Reason: ReasonForbidden, Policy: failure.PolicyStalled, RetryAfter: forbiddenRecheck,
+			Err: fmt.Errorf("%w; grant Capstan's ServiceAccount this permission with a ClusterRole labelled %s: \"true\" (docs/install.md#rbac); "+
+				"the stage is tried again every minute, or at once with capstan reconcile", wrapped, AggregateToApplyLabel)}
+	}
+	return failure.Retryable(ReasonApplyFailed, wrapped)
+}
+
+// forbiddenRecheck is how often a stage stalled on a permission Capstan
+// lacks is tried again: the fix is in the cluster's RBAC, not the input.
+const forbiddenRecheck = time.Minute
+
+// AggregateToApplyLabel marks the ClusterRoles whose rules the
+// capstan-apply ClusterRole aggregates: the kinds Capstan may apply.
+const AggregateToApplyLabel = "capstan.dev/aggregate-to-apply"
+
+// isRBACDenied reports a request the authorizer refused ("User ... cannot
+// patch resource ..."), as opposed to a Forbidden from admission.
+func isRBACDenied(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), " cannot ")
 }

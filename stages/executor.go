@@ -4,13 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/fluxcd/pkg/ssa"
 	"golang.org/x/sync/errgroup"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -383,38 +380,6 @@ func (e *Executor) each(objects []*unstructured.Unstructured, fn func(int, *unst
 		})
 	}
 	_ = g.Wait()
-}
-
-// classifyApplyError names the object and marks errors a retry cannot fix
-// (a kind the cluster does not know, an invalid object) as stalled.
-func classifyApplyError(obj *unstructured.Unstructured, err error) error {
-	wrapped := err
-	if !strings.Contains(err.Error(), ObjectRef(obj)) {
-		wrapped = fmt.Errorf("apply %s: %w", ObjectRef(obj), err)
-	}
-	if meta.IsNoMatchError(err) {
-		return Stalled(fmt.Errorf("apply %s: the cluster does not serve %s (is its CustomResourceDefinition installed?): %w",
-			ObjectRef(obj), obj.GroupVersionKind().GroupVersion().WithKind(obj.GetKind()), err))
-	}
-	if isInvalid(err) {
-		return Stalled(wrapped)
-	}
-	if isRBACDenied(err) {
-		// Retryable: granting the permission heals the stage at the same
-		// revision.
-		return fmt.Errorf("%w; grant Capstan's ServiceAccount this permission with a ClusterRole labelled %s: \"true\" (docs/install.md#rbac)", wrapped, AggregateToApplyLabel)
-	}
-	return wrapped
-}
-
-// AggregateToApplyLabel marks the ClusterRoles whose rules the
-// capstan-apply ClusterRole aggregates: the kinds Capstan may apply.
-const AggregateToApplyLabel = "capstan.dev/aggregate-to-apply"
-
-// isRBACDenied reports a request the authorizer refused ("User ... cannot
-// patch resource ..."), as opposed to a Forbidden from admission.
-func isRBACDenied(err error) bool {
-	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), " cannot ")
 }
 
 func splitDefinitions(objects []*unstructured.Unstructured) (first, rest []*unstructured.Unstructured) {

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/failure"
 )
 
 // ownerLookup remembers, for one wave, which ClusterDeployments named in
@@ -64,7 +65,7 @@ func (l *ownerLookup) check(ctx context.Context, obj, live *unstructured.Unstruc
 			return err
 		}
 		if ok {
-			return Stalled(fmt.Errorf("%s belongs to ClusterDeployment %s/%s, and %s/%s declares it too: "+
+			return failure.Stalled(ReasonOwnershipConflict, fmt.Errorf("%s belongs to ClusterDeployment %s/%s, and %s/%s declares it too: "+
 				"remove it from the source of one of them (an object has one owner; nothing of this stage was applied)",
 				ObjectRef(obj), current.Namespace, current.Name, owner.Namespace, owner.Name))
 		}
@@ -75,11 +76,11 @@ func (l *ownerLookup) check(ctx context.Context, obj, live *unstructured.Unstruc
 		return nil
 	}
 	if obj.GetKind() == "Secret" && obj.GroupVersionKind().Group == "" {
-		return Stalled(fmt.Errorf("%s exists and was not applied by Capstan; a Secret is taken over only when the source annotates it %s: \"true\"",
+		return failure.Stalled(ReasonOwnershipConflict, fmt.Errorf("%s exists and was not applied by Capstan; a Secret is taken over only when the source annotates it %s: \"true\"",
 			ObjectRef(obj), AdoptAnnotation))
 	}
 	if changes(live, withoutMeta(obj, live), false) {
-		return Stalled(fmt.Errorf("%s exists, was not applied by Capstan and differs from the source; "+
+		return failure.Stalled(ReasonOwnershipConflict, fmt.Errorf("%s exists, was not applied by Capstan and differs from the source; "+
 			"to take it over, annotate it in the source with %s: \"true\"", ObjectRef(obj), AdoptAnnotation))
 	}
 	return nil

@@ -322,7 +322,7 @@ func TestRunAppliesFreshCRDsRepeatedly(t *testing.T) {
 }
 
 // TestRunStalls pins the failures retrying cannot fix: each names the
-// object and is a StalledError, and since every object is dry-run before
+// object and is stalled (failure.PolicyStalled), and since every object is dry-run before
 // any is applied, the stage's valid objects are left unapplied too.
 func TestRunStalls(t *testing.T) {
 	cases := []struct {

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/failure"
 	"github.com/capstan-dev/capstan/stages/pivot"
 )
 
@@ -111,7 +112,7 @@ func (e *Executor) checkFence(ctx context.Context, owner Owner) error {
 	}
 	if err := pivot.CheckFence(ctx, e.client, owner.Namespace, owner.Name, id, name); err != nil {
 		if pivot.IsFenced(err) {
-			return Stalled(err)
+			return failure.Stalled(ReasonFenced, err)
 		}
 		return err
 	}
@@ -154,14 +155,14 @@ func (e *Executor) pivotStage(ctx context.Context, stage *Stage, owner Owner) Re
 	}
 	// A stage without a target can never move anything.
 	if e.cluster == nil || e.cluster.Name() == LocalClusterName {
-		return failed(res, Stalled(fmt.Errorf("stage %s: a pivot stage moves into the cluster its kubeConfig names (for a Cluster API cluster, Secret <cluster>-kubeconfig); it has none", stage.Name)))
+		return failed(res, failure.Stalled(ReasonPivotBlocked, fmt.Errorf("stage %s: a pivot stage moves into the cluster its kubeConfig names (for a Cluster API cluster, Secret <cluster>-kubeconfig); it has none", stage.Name)))
 	}
 	if err != nil {
 		return failed(res, fmt.Errorf("stage %s: read ClusterDeployment %s/%s: %w", stage.Name, owner.Namespace, owner.Name, err))
 	}
 	st := cd.Status.Pivot
 	if st != nil && st.Phase != "" && st.Target != e.cluster.Name() {
-		return failed(res, Stalled(fmt.Errorf("stage %s: ClusterDeployment %s/%s is being moved into %s (phase %s done), not %s",
+		return failed(res, failure.Stalled(ReasonPivotBlocked, fmt.Errorf("stage %s: ClusterDeployment %s/%s is being moved into %s (phase %s done), not %s",
 			stage.Name, owner.Namespace, owner.Name, st.Target, st.Phase, e.cluster.Name())))
 	}
 	last := capstanv1.PivotPhase("")
@@ -175,7 +176,7 @@ func (e *Executor) pivotStage(ctx context.Context, stage *Stage, owner Owner) Re
 	}
 	targetDisco, ok := e.cluster.(discoverer)
 	if !ok || e.homeDiscovery == nil {
-		return failed(res, Stalled(fmt.Errorf("stage %s: the executor cannot list the kinds of both clusters", stage.Name)))
+		return failed(res, failure.Stalled(ReasonPivotBlocked, fmt.Errorf("stage %s: the executor cannot list the kinds of both clusters", stage.Name)))
 	}
 	targetID, err := pivot.ClusterID(ctx, e.client)
 	if err != nil {
@@ -264,7 +265,7 @@ func (e *Executor) move(ctx context.Context, stage *Stage, owner Owner, cd *caps
 				if !p.Waiting() {
 					// Missing CRDs or a deployment in the way: someone
 					// must act before another attempt can pass.
-					return 0, nil, Stalled(err)
+					return 0, nil, failure.Stalled(ReasonPivotBlocked, err)
 				}
 			}
 			return 0, nil, err
@@ -574,7 +575,7 @@ func (e *Executor) takeOver(ctx context.Context, stage *Stage, owner Owner, cd *
 	if id != "" {
 		if err := pivot.CheckFence(ctx, e.home, owner.Namespace, owner.Name, id, name); err != nil {
 			if pivot.IsFenced(err) {
-				err = Stalled(err)
+				err = failure.Stalled(ReasonFenced, err)
 			}
 			return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
 		}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/failure"
 )
 
 // StageKey is the label or annotation that pins a rendered object to a stage.
@@ -177,8 +178,12 @@ func rolloutOwnedFields(plan *Plan) []error {
 	return errs
 }
 
-// unjoin returns the errors err joins, or err alone.
+// unjoin returns the errors err joins, or err alone; a failure.Error
+// around a join (NewChecker's) is looked through.
 func unjoin(err error) []error {
+	if f, ok := err.(*failure.Error); ok {
+		err = f.Err
+	}
 	if joined, ok := err.(interface{ Unwrap() []error }); ok {
 		return joined.Unwrap()
 	}

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/failure"
 	"github.com/capstan-dev/capstan/stages/preflight"
 )
 
@@ -103,6 +104,11 @@ func (e *PreflightError) Error() string {
 		text += fmt.Sprintf("\n... and %d more in status.preflight.problems", more)
 	}
 	return fmt.Sprintf("preflight found %s; nothing was applied:\n%s", e.Report.Summary(), text)
+}
+
+// Failure gives e its reason and policy: stalled, reason PreflightFailed.
+func (e *PreflightError) Failure() *failure.Error {
+	return &failure.Error{Reason: PreflightReason, Policy: failure.PolicyStalled, Err: e}
 }
 
 // IsPreflightFailed reports whether err is, or wraps, a PreflightError.

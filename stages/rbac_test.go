@@ -8,6 +8,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/capstan-dev/capstan/failure"
 )
 
 func TestApplyErrorsForbiddenByRBACSayHowToGrant(t *testing.T) {
@@ -23,7 +25,7 @@ func TestApplyErrorsForbiddenByRBACSayHowToGrant(t *testing.T) {
 		wantHint  bool
 		wantStall bool
 	}{
-		{"RBAC refuses the verb", apierrors.NewForbidden(gr, "extra", errors.New(`User "system:serviceaccount:capstan-system:capstan" cannot patch resource "configmaps" in API group "" in the namespace "apps"`)), true, false},
+		{"RBAC refuses the verb", apierrors.NewForbidden(gr, "extra", errors.New(`User "system:serviceaccount:capstan-system:capstan" cannot patch resource "configmaps" in API group "" in the namespace "apps"`)), true, true},
 		{"admission refuses a terminating namespace", apierrors.NewForbidden(gr, "extra", errors.New("unable to create new content in namespace apps because it is being terminated")), false, false},
 		{"an invalid object stalls", apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "extra", nil), false, true},
 	} {
@@ -37,7 +39,10 @@ func TestApplyErrorsForbiddenByRBACSayHowToGrant(t *testing.T) {
 				t.Errorf("error %q: hint present %v, want %v", msg, got, tc.wantHint)
 			}
 			if IsStalled(err) != tc.wantStall {
-				t.Errorf("stalled %v, want %v: RBAC can be fixed at the same revision", IsStalled(err), tc.wantStall)
+				t.Errorf("stalled %v, want %v", IsStalled(err), tc.wantStall)
+			}
+			if f, _ := failure.From(err); tc.wantHint && (f == nil || f.RetryAfter == 0) {
+				t.Errorf("a stage stalled on RBAC is not looked at again (%+v): granting the permission heals it at the same revision", f)
 			}
 		})
 	}

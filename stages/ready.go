@@ -9,9 +9,11 @@ import (
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/ext"
+	"github.com/google/cel-go/interpreter"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/failure"
 )
 
 // celCostLimit bounds the work one readiness expression may do on one
@@ -25,6 +27,10 @@ type Verdict struct {
 	// ReadyObjects is, in the verdict of Wait on several objects, how
 	// many of them are ready.
 	ReadyObjects int
+	// Err is set when the checks cannot judge the object at all, however
+	// long it waits: an expression over the CEL cost limit on it. It is a
+	// stalled failure with reason ReadinessCheckFailed.
+	Err error
 }
 
 // Checker judges readiness. It is a pure function of the object: it reads
@@ -55,7 +61,7 @@ var celEnv = sync.OnceValues(func() (*cel.Env, error) {
 
 // NewChecker compiles the readiness checks of a stage. Every expression
 // that does not compile or does not return a bool is reported, with its
-// index in readyWhen.
+// index in readyWhen, in one stalled error (ReadinessCheckFailed).
 func NewChecker(checks []capstanv1.ReadinessCheck) (*Checker, error) {
 	env, err := celEnv()
 	if err != nil {
@@ -97,7 +103,7 @@ func NewChecker(checks []capstanv1.ReadinessCheck) (*Checker, error) {
 		c.checks = append(c.checks, cc)
 	}
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, failure.Stalled(ReasonReadinessCheckFailed, errors.Join(errs...))
 	}
 	return c, nil
 }
@@ -119,6 +125,9 @@ func (c *Checker) Evaluate(obj *unstructured.Unstructured) Verdict {
 		applied = true
 		out, _, err := check.program.Eval(map[string]any{"object": obj.Object})
 		if err != nil {
+			if overCost(err) {
+				return Verdict{Message: check.describe(err.Error()), Err: check.costError(obj, err)}
+			}
 			return Verdict{Message: check.describe(err.Error())}
 		}
 		if ok, isBool := out.Value().(bool); !isBool {
@@ -142,6 +151,22 @@ func (c *Checker) Evaluate(obj *unstructured.Unstructured) Verdict {
 		msg += ": " + res.Message
 	}
 	return Verdict{Message: msg}
+}
+
+// overCost reports an evaluation cancelled for passing celCostLimit:
+// waiting cannot help, the object only grows.
+func overCost(err error) bool {
+	var cancelled interpreter.EvalCancelledError
+	return errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded
+}
+
+// costError says which expression passed the cost limit on which object,
+// and what to do.
+func (c compiledCheck) costError(obj *unstructured.Unstructured, err error) error {
+	return failure.Stalled(ReasonReadinessCheckFailed, fmt.Errorf(
+		"readiness expression %q on %s: %w: it costs more than the CEL cost limit of %d on this object, so it can never be judged; "+
+			"make the expression cheaper (no nested loops over lists, filter before map) or check fewer fields",
+		c.expr, ObjectRef(obj), err, celCostLimit))
 }
 
 func (c compiledCheck) describe(detail string) string {

@@ -85,7 +85,9 @@ func (e *Executor) waitUntilReady(ctx context.Context, objects []*unstructured.U
 			case o.deleted:
 				pending[o.key] = "not found"
 			default:
-				if v := checker.Evaluate(o.object); v.Ready {
+				if v := checker.Evaluate(o.object); v.Err != nil {
+					return Verdict{}, v.Err
+				} else if v.Ready {
 					delete(pending, o.key)
 				} else {
 					pending[o.key] = v.Message

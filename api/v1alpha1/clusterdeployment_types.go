@@ -669,6 +669,10 @@ const (
 	// ConditionStalled is True when progress needs a human: bad input, a
 	// missing CRD, a hard timeout.
 	ConditionStalled = "Stalled"
+	// ConditionSourceReady is False while the source cannot be read (an
+	// outage, refused credentials, a refused artifact); its reason says
+	// why. Ready keeps describing what was applied meanwhile.
+	ConditionSourceReady = "SourceReady"
 )
 
 // ClusterDeploymentStatus is what the reconciler observed and did.

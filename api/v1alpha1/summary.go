@@ -94,7 +94,11 @@ func (s *ClusterDeploymentStatus) StagesCurrent() bool {
 // revision before its first stage. They are written by the reconciler;
 // source failures all start with "Source".
 func failedBeforeStages(reason string) bool {
-	return reason == "RenderFailed" || reason == "PreflightFailed" || strings.HasPrefix(reason, "Source")
+	switch reason {
+	case "RenderFailed", "RenderLimitExceeded", "PlanInvalid", "BootstrapKeyUnused", "PreflightFailed":
+		return true
+	}
+	return strings.HasPrefix(reason, "Source")
 }
 
 // StagesReady counts the stages that are Ready.

@@ -70,11 +70,19 @@ func phase(cd *capstanv1.ClusterDeployment) string {
 	case ready.Status == "True" && ready.ObservedGeneration == cd.Generation:
 		return phaseReady
 	case ready.Reason == "ReconcileFailed" || ready.Reason == "StageFailed" || ready.Reason == "NotFound" ||
-		strings.HasPrefix(ready.Reason, "Source"):
+		strings.HasPrefix(ready.Reason, "Source") || retrying(cd):
 		return phaseRetrying
 	default:
 		return phaseProgressing
 	}
+}
+
+// retrying reports a failed attempt that is retried with backoff: the
+// reconciler gives the Stalled condition the reason Retrying
+// (reconciler/outcome.go).
+func retrying(cd *capstanv1.ClusterDeployment) bool {
+	c := meta.FindStatusCondition(cd.Status.Conditions, capstanv1.ConditionStalled)
+	return c != nil && c.Status == "False" && c.Reason == "Retrying"
 }
 
 func phaseColor(p string) string {

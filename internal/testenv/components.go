@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -110,37 +111,76 @@ func (e *Env) startEtcd(ctx context.Context) (string, error) {
 // startAPIServer starts kube-apiserver against etcdURL and waits until
 // /readyz answers ok to the admin token.
 func (e *Env) startAPIServer(ctx context.Context, etcdURL string) error {
+	e.etcdURL = etcdURL
 	p, err := startOnFreePorts(ctx, 1, func(ports []int) (*process, error) {
 		e.apiServerURL = "https://127.0.0.1:" + strconv.Itoa(ports[0])
-		args := []string{
-			"--etcd-servers=" + etcdURL,
-			"--etcd-cafile=" + e.pki.caFile,
-			"--bind-address=127.0.0.1",
-			"--advertise-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(ports[0]),
-			"--cert-dir=" + filepath.Join(e.Dir, "apiserver-certs"),
-			"--tls-cert-file=" + e.pki.servingCert,
-			"--tls-private-key-file=" + e.pki.servingKey,
-			"--token-auth-file=" + e.pki.tokenAuthFile,
-			"--authorization-mode=RBAC",
-			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-			"--service-account-key-file=" + e.pki.saKey,
-			"--service-account-signing-key-file=" + e.pki.saKey,
-			"--service-cluster-ip-range=" + serviceCIDR,
-			// The default reconciler fails every few seconds, since endpoints
-			// may not be loopback addresses; nothing runs in-cluster to use
-			// the kubernetes Service anyway.
-			"--endpoint-reconciler-type=none",
-			"--allow-privileged=true",
-			// The test node registers a hostname nothing resolves; logs,
-			// exec and port-forward reach its kubelet on 127.0.0.1.
-			"--kubelet-preferred-address-types=InternalIP",
-			"--profiling=false",
-		}
-		return e.startHealthy(ctx, apiServerName, args, e.apiServerURL+"/readyz", e.pki.token)
+		return e.startHealthy(ctx, apiServerName, e.apiServerArgs(ports[0]), e.apiServerURL+"/readyz", e.pki.token)
 	})
 	if err != nil {
 		return err
+	}
+	e.apiServer = p
+	return nil
+}
+
+func (e *Env) apiServerArgs(port int) []string {
+	return []string{
+		"--etcd-servers=" + e.etcdURL,
+		"--etcd-cafile=" + e.pki.caFile,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(e.Dir, "apiserver-certs"),
+		"--tls-cert-file=" + e.pki.servingCert,
+		"--tls-private-key-file=" + e.pki.servingKey,
+		"--token-auth-file=" + e.pki.tokenAuthFile,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + e.pki.saKey,
+		"--service-account-signing-key-file=" + e.pki.saKey,
+		"--service-cluster-ip-range=" + serviceCIDR,
+		// The default reconciler fails every few seconds, since endpoints
+		// may not be loopback addresses; nothing runs in-cluster to use
+		// the kubernetes Service anyway.
+		"--endpoint-reconciler-type=none",
+		"--allow-privileged=true",
+		// The test node registers a hostname nothing resolves; logs,
+		// exec and port-forward reach its kubelet on 127.0.0.1.
+		"--kubelet-preferred-address-types=InternalIP",
+		"--profiling=false",
+	}
+}
+
+// StopAPIServer kills kube-apiserver, as a crash or an outage would (a
+// graceful stop waits out the clients' watches), and leaves everything
+// else running, etcd with its data included. RestartAPIServer brings it
+// back at the same address.
+func (e *Env) StopAPIServer() error {
+	if e.apiServer == nil {
+		return errors.New("stop kube-apiserver: not running")
+	}
+	err := e.apiServer.kill()
+	e.apiServer = nil
+	return err
+}
+
+// RestartAPIServer starts kube-apiserver again, at the address Config and
+// the kubeconfig name, after StopAPIServer, and returns once it is ready.
+func (e *Env) RestartAPIServer(ctx context.Context) error {
+	if e.apiServer != nil {
+		return errors.New("restart kube-apiserver: still running; call StopAPIServer first")
+	}
+	u, err := url.Parse(e.apiServerURL)
+	if err != nil {
+		return fmt.Errorf("restart kube-apiserver: %w", err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		return fmt.Errorf("restart kube-apiserver: port of %s: %w", e.apiServerURL, err)
+	}
+	p, err := e.startHealthy(ctx, apiServerName, e.apiServerArgs(port), e.apiServerURL+"/readyz", e.pki.token)
+	if err != nil {
+		return fmt.Errorf("restart kube-apiserver on %s: %w", e.apiServerURL, err)
 	}
 	e.apiServer = p
 	return nil

@@ -62,6 +62,7 @@ type Env struct {
 	progress     io.Writer
 	pki          *pki
 	apiServerURL string
+	etcdURL      string
 	client       kubernetes.Interface
 
 	etcd, apiServer, controllerManager *process

@@ -121,6 +121,18 @@ func (p *process) stop() error {
 	return p.stopErr
 }
 
+// kill ends the process at once, as a crash would, and waits until it
+// has exited. After kill, stop does nothing.
+func (p *process) kill() error {
+	p.stopOnce.Do(func() {
+		if err := p.cmd.Process.Kill(); err != nil && !p.exited() {
+			p.stopErr = fmt.Errorf("kill %s: %w", p.name, err)
+		}
+		<-p.done
+	})
+	return p.stopErr
+}
+
 // failure builds a start-up error for the process: what went wrong, how the
 // process ended if it did, and the tail of its log. It wraps errAddrInUse
 // when the log says a port was taken.

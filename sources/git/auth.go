@@ -20,7 +20,7 @@ import (
 // authMethod turns Auth into what go-git needs for ep's scheme: basic auth
 // for http(s), a key with a known_hosts check for ssh, nothing for git://
 // and file://.
-func authMethod(ep *transport.Endpoint, a Auth) (transport.AuthMethod, error) {
+func authMethod(ep *transport.Endpoint, a Auth, from CredentialsFrom) (transport.AuthMethod, error) {
 	switch ep.Protocol {
 	case "http", "https":
 		if a.Username == "" && a.Password == "" {
@@ -32,7 +32,7 @@ func authMethod(ep *transport.Endpoint, a Auth) (transport.AuthMethod, error) {
 		}
 		return &githttp.BasicAuth{Username: user, Password: a.Password}, nil
 	case "ssh":
-		return sshAuth(ep, a)
+		return sshAuth(ep, a, from)
 	default:
 		return nil, nil
 	}
@@ -40,13 +40,13 @@ func authMethod(ep *transport.Endpoint, a Auth) (transport.AuthMethod, error) {
 
 // sshAuth builds public key auth whose host key check is the known_hosts
 // given in a, never the machine's ~/.ssh and never "accept anything".
-func sshAuth(ep *transport.Endpoint, a Auth) (transport.AuthMethod, error) {
+func sshAuth(ep *transport.Endpoint, a Auth, from CredentialsFrom) (transport.AuthMethod, error) {
 	if len(a.SSHPrivateKey) == 0 {
-		return nil, fmt.Errorf("%w: an ssh URL needs a private key: set identity in spec.source.git.secretRef", sources.ErrInvalid)
+		return nil, fmt.Errorf("%w: an ssh URL needs a private key: set %s", sources.ErrInvalid, from.SSHKey)
 	}
 	if len(a.SSHKnownHosts) == 0 {
-		return nil, fmt.Errorf("%w: an ssh URL needs the server's host key: set known_hosts in spec.source.git.secretRef (ssh-keyscan prints it)",
-			sources.ErrInvalid)
+		return nil, fmt.Errorf("%w: an ssh URL needs the server's host key: set %s (ssh-keyscan prints it)",
+			sources.ErrInvalid, from.KnownHosts)
 	}
 	signer, err := ssh.ParsePrivateKey(a.SSHPrivateKey)
 	if err != nil {

@@ -69,19 +69,19 @@ func (s *Source) classify(op string, err error) error {
 		return s.newError(op, nil, "", err)
 	case errors.Is(err, transport.ErrAuthenticationRequired) && !hasHTTPCreds:
 		return s.newError(op, sources.ErrAuth,
-			"the server requires credentials: set spec.source.git.secretRef with username and password (or a token)", err)
+			"the server requires credentials: set "+s.creds.HTTP, err)
 	case errors.Is(err, transport.ErrAuthenticationRequired), errors.Is(err, transport.ErrAuthorizationFailed):
 		return s.newError(op, sources.ErrAuth,
-			"the server refused the credentials: check username and password (or token) in spec.source.git.secretRef", err)
+			"the server refused the credentials: check "+s.creds.HTTP, err)
 	case knownhosts.IsHostKeyChanged(err):
 		return s.newError(op, sources.ErrAuth,
-			"the server's host key does not match known_hosts in spec.source.git.secretRef; if the key was rotated on purpose, update known_hosts", err)
+			"the server's host key does not match "+s.creds.KnownHosts+"; if the key was rotated on purpose, update it", err)
 	case knownhosts.IsHostUnknown(err):
 		return s.newError(op, sources.ErrAuth,
-			"the server's host key is not in known_hosts in spec.source.git.secretRef", err)
+			"the server's host key is not in "+s.creds.KnownHosts, err)
 	case strings.Contains(err.Error(), "ssh: unable to authenticate"):
 		return s.newError(op, sources.ErrAuth,
-			"the server refused the ssh key: add its public key as a deploy key, or check identity in spec.source.git.secretRef", err)
+			"the server refused the ssh key: add its public key as a deploy key, or check "+s.creds.SSHKey, err)
 	case errors.Is(err, transport.ErrRepositoryNotFound):
 		return s.newError(op, sources.ErrNotFound,
 			"repository not found (or the credentials may not read it): check spec.source.git.url", err)
@@ -91,6 +91,6 @@ func (s *Source) classify(op string, err error) error {
 	case errors.Is(err, gogit.NoMatchingRefSpecError{}), errors.Is(err, plumbing.ErrReferenceNotFound):
 		return s.refNotFound(op, nil)
 	default:
-		return s.newError(op, nil, "", err)
+		return s.newError(op, sources.ErrUnavailable, "", err)
 	}
 }

@@ -118,7 +118,7 @@ func TestAuthErrorsNameTheFixAndHideThePassword(t *testing.T) {
 	}{
 		{name: "wrong password", auth: Auth{Username: testUser, Password: "wrong-password-1234"}, wantHint: "refused the credentials"},
 		{name: "wrong user", auth: Auth{Username: "mallory", Password: testPassword}, wantHint: "refused the credentials"},
-		{name: "no credentials", wantHint: "requires credentials: set spec.source.git.secretRef"},
+		{name: "no credentials", wantHint: "requires credentials: set username and password (or a token) in spec.source.git.secretRef"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

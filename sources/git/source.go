@@ -41,6 +41,37 @@ type Options struct {
 	// Verify, when set, makes Fetch refuse a head commit that is not
 	// signed by one of its keys.
 	Verify *Verify
+	// CredentialsFrom names where Auth's credentials are set, for the
+	// hints of authentication errors; zero fields name the keys of
+	// spec.source.git.secretRef.
+	CredentialsFrom CredentialsFrom
+}
+
+// CredentialsFrom names, for people, where each kind of credential of a
+// source is set: a field of a deployment's Secret, or a flag of the daemon
+// for its root source.
+type CredentialsFrom struct {
+	// HTTP is where the https user name and password (or token) are set.
+	HTTP string
+	// SSHKey is where the ssh private key is set.
+	SSHKey string
+	// KnownHosts is where the server's ssh host keys are set.
+	KnownHosts string
+}
+
+// withDefaults fills the zero fields with the keys of
+// spec.source.git.secretRef.
+func (c CredentialsFrom) withDefaults() CredentialsFrom {
+	if c.HTTP == "" {
+		c.HTTP = "username and password (or a token) in spec.source.git.secretRef"
+	}
+	if c.SSHKey == "" {
+		c.SSHKey = "identity in spec.source.git.secretRef"
+	}
+	if c.KnownHosts == "" {
+		c.KnownHosts = "known_hosts in spec.source.git.secretRef"
+	}
+	return c
 }
 
 // Auth holds credentials for a remote, as read from a deployment's
@@ -77,6 +108,7 @@ type Source struct {
 	opts    Options
 	limits  sources.Limits
 	verify  *verifier // nil: commits are not verified
+	creds   CredentialsFrom
 }
 
 var _ sources.Source = (*Source)(nil)
@@ -95,6 +127,7 @@ func New(opts Options) (*Source, error) {
 		scheme:  ep.Protocol,
 		opts:    opts,
 		limits:  opts.Limits.WithDefaults(),
+		creds:   opts.CredentialsFrom.withDefaults(),
 	}
 	ref := opts.Ref
 	if opts.Branch != "" {
@@ -106,7 +139,7 @@ func New(opts Options) (*Source, error) {
 	if s.ref, err = parseRef(ref); err != nil {
 		return nil, fmt.Errorf("git source %s: %w", display, err)
 	}
-	if s.auth, err = authMethod(ep, opts.Auth); err != nil {
+	if s.auth, err = authMethod(ep, opts.Auth, s.creds); err != nil {
 		return nil, fmt.Errorf("git source %s: %w", display, err)
 	}
 	if opts.Verify != nil {

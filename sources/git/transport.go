@@ -17,7 +17,7 @@ func TransportAuth(url string, a Auth) (transport.AuthMethod, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	m, err := authMethod(ep, a)
+	m, err := authMethod(ep, a, CredentialsFrom{}.withDefaults())
 	if err != nil {
 		return nil, "", fmt.Errorf("git remote %s: %w", display, err)
 	}

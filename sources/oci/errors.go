@@ -78,7 +78,7 @@ func (s *Source) classify(op string, what named, err error) error {
 	}
 	var terr *transport.Error
 	if !errors.As(err, &terr) {
-		return s.newError(op, what, nil, "", err)
+		return s.newError(op, what, sources.ErrUnavailable, "", err)
 	}
 	codes := map[transport.ErrorCode]bool{}
 	for _, d := range terr.Errors {
@@ -99,7 +99,7 @@ func (s *Source) classify(op string, what named, err error) error {
 		codes[transport.NameUnknownErrorCode] || codes[transport.BlobUnknownErrorCode]:
 		return s.newError(op, what, sources.ErrNotFound, s.notFoundHint(), err)
 	default:
-		return s.newError(op, what, nil, "", err)
+		return s.newError(op, what, sources.ErrUnavailable, "", err)
 	}
 }
 

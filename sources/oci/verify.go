@@ -19,6 +19,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/capstan-dev/capstan/failure"
 	"github.com/capstan-dev/capstan/sources"
 )
 
@@ -43,7 +44,10 @@ const (
 // no signature of the artifact verifies with its keys. It is retryable,
 // not stalled: the signature of a new artifact often lands a moment after
 // the artifact itself, at the same digest.
-var ErrUnverified = errors.New("signature verification failed")
+var ErrUnverified = failure.New(ReasonUnverified, failure.PolicyRetry, errors.New("signature verification failed"))
+
+// ReasonUnverified is the reason of ErrUnverified.
+const ReasonUnverified = "SourceArtifactUnverified"
 
 // Verify says how Fetch checks an artifact's cosign signatures before it
 // downloads the content.
