@@ -359,15 +359,11 @@ func failure(cd *capstanv1.ClusterDeployment, p string) (reason, message string)
 	return c.Reason, c.Message
 }
 
-// conditionSourceReady is the condition that tells whether the source was
-// last fetched; a source outage leaves Ready as it was and says so here.
-const conditionSourceReady = "SourceReady"
-
 // sourceLine says that the source could not be fetched, when Ready does
 // not say it already: the stages shown are those of the last revision
 // fetched.
 func sourceLine(cd *capstanv1.ClusterDeployment, p string) string {
-	c := meta.FindStatusCondition(cd.Status.Conditions, conditionSourceReady)
+	c := meta.FindStatusCondition(cd.Status.Conditions, capstanv1.ConditionSourceReady)
 	if c == nil || c.Status != metav1.ConditionFalse || p == phaseSuspended {
 		return ""
 	}
