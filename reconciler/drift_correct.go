@@ -139,15 +139,15 @@ func (r *Reconciler) correctDrift(ctx context.Context, cd *capstanv1.ClusterDepl
 		if !ok {
 			continue
 		}
-		what, ref := drifted[dk], stages.EntryRef(dk.id)+dk.where()
+		what, ref := drifted[dk], stages.EntryRef(dk.id)
 		if cd.Spec.Drift == capstanv1.DriftReport {
 			r.metrics.CountDrift(cd, metrics.DriftReported)
-			r.event(cd, "Warning", "DriftDetected", "%s was %s; spec.drift is report, so it stays as it is", ref, what)
+			r.event(cd, "Warning", "DriftDetected", "%s was %s%s; spec.drift is report, so it stays as it is", ref, what, dk.where())
 			continue
 		}
 		obj := &unstructured.Unstructured{}
 		if err := obj.UnmarshalJSON(d.json); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", ref, err))
+			errs = append(errs, fmt.Errorf("%s%s: %w", ref, dk.where(), err))
 			continue
 		}
 		if unreached[dk.ref] {
@@ -170,7 +170,7 @@ func (r *Reconciler) correctDrift(ctx context.Context, cd *capstanv1.ClusterDepl
 			continue
 		}
 		r.metrics.CountDrift(cd, metrics.DriftCorrected)
-		r.event(cd, "Normal", "DriftCorrected", "%s was %s; applied it again", ref, what)
+		r.event(cd, "Normal", "DriftCorrected", "%s was %s%s; applied it again", ref, what, dk.where())
 	}
 	r.drift.restore(types.NamespacedName{Namespace: cd.Namespace, Name: cd.Name}, left)
 	if len(errs) > 0 {

@@ -301,6 +301,10 @@ func TestDriftWatchesOfRemoteClustersAreSharedAndStop(t *testing.T) {
 		clusters, reaches := f.remotes()
 		return len(clusters) == 2 && reaches[f.ref("b")] != reaches[f.ref("a")] && reaches[f.ref("b")] != ""
 	})
+	running := informerGoroutines()
+	if running <= before {
+		t.Fatalf("%d informer goroutines with two cluster watches, %d before any", running, before)
+	}
 	f.deleteConfigMap(t, "two")
 	got = f.drifted(t, "d2")
 	if want := (driftKey{ref: f.ref("b"), id: two}); len(got) != 1 || got[want] != "deleted" {
@@ -326,6 +330,7 @@ func TestDriftWatchesOfRemoteClustersAreSharedAndStop(t *testing.T) {
 		t.Fatalf("with no deployment left, %d cluster watches and %d Secret watches run", len(clusters), len(reaches))
 	}
 	eventually(t, "the informer goroutines gone", func() bool { return informerGoroutines() <= before })
+	t.Logf("informer goroutines: %d before, %d with two cluster watches, %d after", before, running, informerGoroutines())
 }
 
 // A cluster that cannot be reached is retried in the background: the

@@ -1,0 +1,172 @@
+package e2e
+
+import (
+	"context"
+	"encoding/pem"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/internal/gitserver"
+	"github.com/capstan-dev/capstan/reconciler"
+)
+
+// counted returns the target's kubeconfig pointed at a TLS proxy in front
+// of the target's API server, and the counter of the requests that pass
+// through it: what the daemon asks the target, counted as startDaemon
+// counts what it asks the cluster it runs in. The proxy stops when the
+// test ends, after the daemons it started before.
+func (tg *target) counted(t testing.TB) ([]byte, *requestCounter) {
+	t.Helper()
+	counter := &requestCounter{}
+	transport, err := rest.TransportFor(counter.wrap(tg.env.Config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream, err := url.Parse(tg.env.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(upstream)
+	// Watches stream: every event goes through at once.
+	proxy.Transport, proxy.FlushInterval = transport, -1
+	srv := httptest.NewUnstartedServer(proxy)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	cfg, err := clientcmd.Load(tg.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	for _, c := range cfg.Clusters {
+		c.Server, c.CertificateAuthorityData, c.CertificateAuthority = srv.URL, ca, ""
+	}
+	data, err := clientcmd.Write(*cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, counter
+}
+
+// Drift in a cluster reached through a kubeconfig Secret: an applied
+// object deleted there, and a field Capstan applied there changed by
+// another field manager, are both restored, with one apply each to that
+// cluster and none to the cluster Capstan runs in; a Ready deployment
+// with nothing changed makes no request to either cluster; a deployment
+// that says report only reports.
+func TestDriftIsCorrectedOnRemoteCluster(t *testing.T) {
+	tg := startTarget(t)
+	c := newClient(t)
+	ns := newNamespace(t)
+	url, err := gitSrv.CreateRepo(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	namespace := "apiVersion: v1\nkind: Namespace\nmetadata: {name: '${NS}', labels: {capstan.dev/stage: A}}\n---\n"
+	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, ownedRepo(namespace+cm("deleted", "A")+cm("edited", "A")), "v1"); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, remote := tg.counted(t)
+	writeKubeconfigSecret(t, c, ns, "target-kubeconfig", kubeconfig)
+	reg := prometheus.NewRegistry()
+	_, api := startDaemonWith(t, nil, func(o *reconciler.Options) { o.MetricsRegistry = reg })
+	spec := ownedSpec(url, ns, gitSecret(t, c, ns), "A")
+	spec.KubeConfig = kubeconfigRef("target-kubeconfig")
+	createDeployment(t, c, ns, "owned", spec)
+	waitDeployment(t, c, ns, "owned", "Ready", isReady)
+	if object(t, tg.client, configMapGVK, ns, "deleted") == nil || object(t, c, configMapGVK, ns, "deleted") != nil {
+		t.Fatal("the deployment's ConfigMaps are not in the target only")
+	}
+
+	t.Logf("Ready: %d requests to the target so far", remote.all())
+
+	deleted, edited := appliesTo(remote, ns, "configmaps", "deleted"), appliesTo(remote, ns, "configmaps", "edited")
+	gone := &corev1.ConfigMap{}
+	gone.Namespace, gone.Name = ns, "deleted"
+	begin := time.Now()
+	if err := tg.client.Delete(context.Background(), gone); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the deleted ConfigMap restored in the target", func() (bool, error) {
+		return object(t, tg.client, configMapGVK, ns, "deleted") != nil, nil
+	})
+	t.Logf("deleted object restored %s after the delete", time.Since(begin).Round(time.Millisecond))
+	live := &corev1.ConfigMap{}
+	if err := tg.client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "edited"}, live); err != nil {
+		t.Fatal(err)
+	}
+	live.Data["k"] = "edited by hand"
+	begin = time.Now()
+	if err := tg.client.Update(context.Background(), live, client.FieldOwner("kubectl-edit")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the edited field restored in the target", func() (bool, error) {
+		obj := object(t, tg.client, configMapGVK, ns, "edited")
+		return obj != nil && obj.Object["data"].(map[string]any)["k"] == "v", nil
+	})
+	t.Logf("edited field restored %s after the edit", time.Since(begin).Round(time.Millisecond))
+	if n := appliesTo(remote, ns, "configmaps", "deleted") - deleted; n != 1 {
+		t.Errorf("the deleted ConfigMap was applied %d times to the target, want 1", n)
+	}
+	if n := appliesTo(remote, ns, "configmaps", "edited") - edited; n != 1 {
+		t.Errorf("the edited ConfigMap was applied %d times to the target, want 1", n)
+	}
+	if n := api.total("PATCH", "/configmaps/"); n != 0 {
+		t.Errorf("%d ConfigMap applies to the cluster Capstan runs in, want 0", n)
+	}
+	if n := driftCount(t, reg, ns, "owned", "corrected"); n != 2 {
+		t.Errorf("capstan_drift_corrections_total{action=corrected} = %v, want 2", n)
+	}
+	waitFor(t, "a DriftCorrected event", func() (bool, error) { return eventReasons(t, c, ns, "owned")["DriftCorrected"] > 0, nil })
+	if msg := eventMessages(t, c, ns, "owned", "DriftCorrected"); !strings.Contains(msg, "ConfigMap/"+ns+"/deleted was deleted") ||
+		!strings.Contains(msg, "Secret "+ns+"/target-kubeconfig") {
+		t.Errorf("DriftCorrected event %q does not say what happened to which object in which cluster", msg)
+	}
+	tg.assertNoToken(t, c, ns, "owned")
+
+	// Nothing changes any more: three polls cost no request to either cluster.
+	requests, remoteRequests := api.all(), remote.all()
+	infoRefs := "/" + ns + ".git/info/refs"
+	polls := gitSrv.RequestsTo(infoRefs)
+	waitFor(t, "three more polls of the remote", func() (bool, error) { return gitSrv.RequestsTo(infoRefs) >= polls+3, nil })
+	if n := api.all() - requests; n != 0 {
+		t.Errorf("Ready and unchanged: %d requests to the cluster Capstan runs in during three polls, want 0", n)
+	}
+	if n := remote.all() - remoteRequests; n != 0 {
+		t.Errorf("Ready and unchanged: %d requests to the target during three polls, want 0", n)
+	}
+
+	// report: the drift is told, not corrected.
+	cd := getDeployment(t, c, ns, "owned")
+	cd.Spec.Drift = capstanv1.DriftReport
+	if err := c.Update(context.Background(), cd); err != nil {
+		t.Fatal(err)
+	}
+	waitDeployment(t, c, ns, "owned", "Ready at the new generation", func(cd *capstanv1.ClusterDeployment) bool {
+		return cd.Status.ObservedGeneration == cd.Generation && isReady(cd)
+	})
+	if err := tg.client.Delete(context.Background(), gone); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a DriftDetected event", func() (bool, error) { return eventReasons(t, c, ns, "owned")["DriftDetected"] > 0, nil })
+	if n := driftCount(t, reg, ns, "owned", "reported"); n != 1 {
+		t.Errorf("capstan_drift_corrections_total{action=reported} = %v, want 1", n)
+	}
+	if object(t, tg.client, configMapGVK, ns, "deleted") != nil {
+		t.Error("with spec.drift: report, the deleted ConfigMap was restored in the target")
+	}
+}
