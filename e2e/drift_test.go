@@ -62,12 +62,11 @@ func (tg *target) counted(t testing.TB) ([]byte, *requestCounter) {
 	return data, counter
 }
 
-// Drift in a cluster reached through a kubeconfig Secret: an applied
-// object deleted there, and a field Capstan applied there changed by
-// another field manager, are both restored, with one apply each to that
-// cluster and none to the cluster Capstan runs in; a Ready deployment
-// with nothing changed makes no request to either cluster; a deployment
-// that says report only reports.
+// Drift in a cluster reached through a kubeconfig Secret (spec.kubeConfig,
+// the target's API server behind a counting proxy) is corrected as in the
+// cluster Capstan runs in, with one apply each to that cluster and none to
+// the cluster Capstan runs in; a Ready deployment with nothing changed
+// makes no request to either cluster.
 func TestDriftIsCorrectedOnRemoteCluster(t *testing.T) {
 	tg := startTarget(t)
 	c := newClient(t)
@@ -91,82 +90,108 @@ func TestDriftIsCorrectedOnRemoteCluster(t *testing.T) {
 	if object(t, tg.client, configMapGVK, ns, "deleted") == nil || object(t, c, configMapGVK, ns, "deleted") != nil {
 		t.Fatal("the deployment's ConfigMaps are not in the target only")
 	}
-
 	t.Logf("Ready: %d requests to the target so far", remote.all())
 
-	deleted, edited := appliesTo(remote, ns, "configmaps", "deleted"), appliesTo(remote, ns, "configmaps", "edited")
+	assertDriftCorrected(t, driftRun{client: c, ns: ns, api: api, reg: reg, objects: tg.client, objectsAPI: remote,
+		where: " in the cluster of Secret " + ns + "/target-kubeconfig"})
+	if n := api.total("PATCH", "/configmaps/"); n != 0 {
+		t.Errorf("%d ConfigMap applies to the cluster Capstan runs in, want 0", n)
+	}
+	tg.assertNoToken(t, c, ns, "owned")
+}
+
+// driftRun is a Ready deployment "owned" whose ConfigMaps "deleted" and
+// "edited" were applied to one cluster, and how that cluster is reached.
+type driftRun struct {
+	client client.Client        // the cluster Capstan runs in
+	ns     string               // of the deployment and its ConfigMaps
+	api    *requestCounter      // the daemon's requests to the cluster it runs in
+	reg    *prometheus.Registry // the daemon's metrics
+	// objects reads and edits the cluster the ConfigMaps were applied
+	// to, uncounted; objectsAPI counts the daemon's requests there (api
+	// again when that is the cluster Capstan runs in).
+	objects    client.Client
+	objectsAPI *requestCounter
+	// where is what events say of that cluster after what happened.
+	where string
+}
+
+// assertDriftCorrected: the applied ConfigMap deleted, and a field
+// Capstan applied changed by another field manager, are both restored,
+// with one apply each; a Ready deployment with nothing changed makes no
+// request to either cluster; a deployment that says report only reports.
+func assertDriftCorrected(t *testing.T, d driftRun) {
+	t.Helper()
+	ns, api := d.ns, d.objectsAPI
+	deleted, edited := appliesTo(api, ns, "configmaps", "deleted"), appliesTo(api, ns, "configmaps", "edited")
 	gone := &corev1.ConfigMap{}
 	gone.Namespace, gone.Name = ns, "deleted"
 	begin := time.Now()
-	if err := tg.client.Delete(context.Background(), gone); err != nil {
+	if err := d.objects.Delete(context.Background(), gone); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the deleted ConfigMap restored in the target", func() (bool, error) {
-		return object(t, tg.client, configMapGVK, ns, "deleted") != nil, nil
-	})
+	waitFor(t, "the deleted ConfigMap restored", func() (bool, error) { return object(t, d.objects, configMapGVK, ns, "deleted") != nil, nil })
 	t.Logf("deleted object restored %s after the delete", time.Since(begin).Round(time.Millisecond))
+
 	live := &corev1.ConfigMap{}
-	if err := tg.client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "edited"}, live); err != nil {
+	if err := d.objects.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "edited"}, live); err != nil {
 		t.Fatal(err)
 	}
 	live.Data["k"] = "edited by hand"
 	begin = time.Now()
-	if err := tg.client.Update(context.Background(), live, client.FieldOwner("kubectl-edit")); err != nil {
+	if err := d.objects.Update(context.Background(), live, client.FieldOwner("kubectl-edit")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the edited field restored in the target", func() (bool, error) {
-		obj := object(t, tg.client, configMapGVK, ns, "edited")
+	waitFor(t, "the edited field restored", func() (bool, error) {
+		obj := object(t, d.objects, configMapGVK, ns, "edited")
 		return obj != nil && obj.Object["data"].(map[string]any)["k"] == "v", nil
 	})
 	t.Logf("edited field restored %s after the edit", time.Since(begin).Round(time.Millisecond))
-	if n := appliesTo(remote, ns, "configmaps", "deleted") - deleted; n != 1 {
-		t.Errorf("the deleted ConfigMap was applied %d times to the target, want 1", n)
+	if n := appliesTo(api, ns, "configmaps", "deleted") - deleted; n != 1 {
+		t.Errorf("the deleted ConfigMap was applied %d times, want 1", n)
 	}
-	if n := appliesTo(remote, ns, "configmaps", "edited") - edited; n != 1 {
-		t.Errorf("the edited ConfigMap was applied %d times to the target, want 1", n)
+	if n := appliesTo(api, ns, "configmaps", "edited") - edited; n != 1 {
+		t.Errorf("the edited ConfigMap was applied %d times, want 1", n)
 	}
-	if n := api.total("PATCH", "/configmaps/"); n != 0 {
-		t.Errorf("%d ConfigMap applies to the cluster Capstan runs in, want 0", n)
-	}
-	if n := driftCount(t, reg, ns, "owned", "corrected"); n != 2 {
+	if n := driftCount(t, d.reg, ns, "owned", "corrected"); n != 2 {
 		t.Errorf("capstan_drift_corrections_total{action=corrected} = %v, want 2", n)
 	}
-	waitFor(t, "a DriftCorrected event", func() (bool, error) { return eventReasons(t, c, ns, "owned")["DriftCorrected"] > 0, nil })
-	if msg := eventMessages(t, c, ns, "owned", "DriftCorrected"); !strings.Contains(msg, "ConfigMap/"+ns+"/deleted was deleted") ||
-		!strings.Contains(msg, "Secret "+ns+"/target-kubeconfig") {
-		t.Errorf("DriftCorrected event %q does not say what happened to which object in which cluster", msg)
+	// Events of one reason on one object fold into one series; its note
+	// is the first one's.
+	waitFor(t, "a DriftCorrected event", func() (bool, error) { return eventReasons(t, d.client, ns, "owned")["DriftCorrected"] > 0, nil })
+	if msg, want := eventMessages(t, d.client, ns, "owned", "DriftCorrected"), "ConfigMap/"+ns+"/deleted was deleted"+d.where+";"; !strings.Contains(msg, want) {
+		t.Errorf("DriftCorrected event %q does not say %q", msg, want)
 	}
-	tg.assertNoToken(t, c, ns, "owned")
 
 	// Nothing changes any more: three polls cost no request to either cluster.
-	requests, remoteRequests := api.all(), remote.all()
+	requests, objectRequests := d.api.all(), api.all()
 	infoRefs := "/" + ns + ".git/info/refs"
 	polls := gitSrv.RequestsTo(infoRefs)
 	waitFor(t, "three more polls of the remote", func() (bool, error) { return gitSrv.RequestsTo(infoRefs) >= polls+3, nil })
-	if n := api.all() - requests; n != 0 {
+	if n := d.api.all() - requests; n != 0 {
 		t.Errorf("Ready and unchanged: %d requests to the cluster Capstan runs in during three polls, want 0", n)
 	}
-	if n := remote.all() - remoteRequests; n != 0 {
-		t.Errorf("Ready and unchanged: %d requests to the target during three polls, want 0", n)
+	if n := api.all() - objectRequests; api != d.api && n != 0 {
+		t.Errorf("Ready and unchanged: %d requests to the cluster of the ConfigMaps during three polls, want 0", n)
 	}
 
 	// report: the drift is told, not corrected.
-	cd := getDeployment(t, c, ns, "owned")
+	cd := getDeployment(t, d.client, ns, "owned")
 	cd.Spec.Drift = capstanv1.DriftReport
-	if err := c.Update(context.Background(), cd); err != nil {
+	if err := d.client.Update(context.Background(), cd); err != nil {
 		t.Fatal(err)
 	}
-	waitDeployment(t, c, ns, "owned", "Ready at the new generation", func(cd *capstanv1.ClusterDeployment) bool {
+	waitDeployment(t, d.client, ns, "owned", "Ready at the new generation", func(cd *capstanv1.ClusterDeployment) bool {
 		return cd.Status.ObservedGeneration == cd.Generation && isReady(cd)
 	})
-	if err := tg.client.Delete(context.Background(), gone); err != nil {
+	if err := d.objects.Delete(context.Background(), gone); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a DriftDetected event", func() (bool, error) { return eventReasons(t, c, ns, "owned")["DriftDetected"] > 0, nil })
-	if n := driftCount(t, reg, ns, "owned", "reported"); n != 1 {
+	waitFor(t, "a DriftDetected event", func() (bool, error) { return eventReasons(t, d.client, ns, "owned")["DriftDetected"] > 0, nil })
+	if n := driftCount(t, d.reg, ns, "owned", "reported"); n != 1 {
 		t.Errorf("capstan_drift_corrections_total{action=reported} = %v, want 1", n)
 	}
-	if object(t, tg.client, configMapGVK, ns, "deleted") != nil {
-		t.Error("with spec.drift: report, the deleted ConfigMap was restored in the target")
+	if object(t, d.objects, configMapGVK, ns, "deleted") != nil {
+		t.Error("with spec.drift: report, the deleted ConfigMap was restored")
 	}
 }
