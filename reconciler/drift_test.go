@@ -196,6 +196,22 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// waitConfigMapsSynced waits until cw watches ConfigMaps and holds them
+// all, so that what happens next reaches it as an event.
+func waitConfigMapsSynced(t *testing.T, cw *clusterWatch) {
+	t.Helper()
+	eventually(t, "the ConfigMap kind watched and synced", func() bool {
+		cw.mu.Lock()
+		defer cw.mu.Unlock()
+		kw := cw.kinds[configMapKind]
+		if kw == nil {
+			return false
+		}
+		_, ok := kw.storeOf()
+		return ok
+	})
+}
+
 // informerGoroutines counts the goroutines running client-go informers.
 func informerGoroutines() int {
 	buf := make([]byte, 1<<22)
@@ -274,16 +290,7 @@ func TestDriftWatchesOfRemoteClustersAreSharedAndStop(t *testing.T) {
 	for _, cw := range clusters {
 		shared = cw
 	}
-	eventually(t, "the ConfigMap kind watched and synced", func() bool {
-		shared.mu.Lock()
-		defer shared.mu.Unlock()
-		kw := shared.kinds[configMapKind]
-		if kw == nil {
-			return false
-		}
-		_, ok := kw.storeOf()
-		return ok
-	})
+	waitConfigMapsSynced(t, shared)
 
 	f.deleteConfigMap(t, "one")
 	got := f.drifted(t, "d1")
@@ -369,16 +376,7 @@ func TestDriftWatchOfUnreachableClusterDoesNotHoldUpTheOthers(t *testing.T) {
 	})
 	clusters, _ := f.remotes()
 	for _, cw := range clusters {
-		eventually(t, "the ConfigMap kind synced", func() bool {
-			cw.mu.Lock()
-			defer cw.mu.Unlock()
-			kw := cw.kinds[configMapKind]
-			if kw == nil {
-				return false
-			}
-			_, ok := kw.storeOf()
-			return ok
-		})
+		waitConfigMapsSynced(t, cw)
 	}
 	f.deleteConfigMap(t, "remote")
 	if got := f.drifted(t, "d"); got[driftKey{ref: f.ref("down"), id: remote}] != "deleted" {
