@@ -369,10 +369,15 @@ func TestDriftWatchOfUnreachableClusterDoesNotHoldUpTheOthers(t *testing.T) {
 	}
 	f.mu.Unlock()
 
+	_, reaches := f.remotes()
+	unreached := reaches[f.ref("down")]
+	if unreached == "" {
+		t.Fatal("the unreachable cluster has no watch: it is not retried")
+	}
 	f.secret(t, "down", f.kubeconfig)
-	eventually(t, "the Secret reaching a cluster", func() bool {
+	eventually(t, "the Secret reaching the cluster it names now, alone", func() bool {
 		clusters, reaches := f.remotes()
-		return len(clusters) == 1 && reaches[f.ref("down")] != ""
+		return len(clusters) == 1 && reaches[f.ref("down")] != "" && reaches[f.ref("down")] != unreached
 	})
 	clusters, _ := f.remotes()
 	for _, cw := range clusters {
