@@ -279,7 +279,7 @@ func (w *driftWatcher) watchKinds(cw *clusterWatch, key types.NamespacedName, re
 			return // stopped: the cluster is no longer watched
 		}
 		if store, ok := kw.storeOf(); ok {
-			w.mark(cw, key, missingFrom(store, gk, ref, w.idsOf(key, ref)), "deleted")
+			w.mark(cw, key, missingFrom(absentFrom(store), gk, ref, w.idsOf(key, ref)), "deleted")
 		}
 	}
 }
@@ -292,13 +292,13 @@ func (w *driftWatcher) idsOf(key types.NamespacedName, ref clusterKey) map[strin
 
 // synced looks, once cw holds every object of kind gk, for the objects of
 // that kind missing there of every deployment watched on cw.
-func (w *driftWatcher) synced(cw *clusterWatch, gk schema.GroupKind, store cache.Store) {
+func (w *driftWatcher) synced(cw *clusterWatch, gk schema.GroupKind, absent func(key string) bool) {
 	w.mu.Lock()
 	missing := map[types.NamespacedName][]driftKey{}
 	for key, refs := range w.watched {
 		for ref, ids := range refs {
 			if w.clusterOfLocked(ref) == cw {
-				missing[key] = append(missing[key], missingFrom(store, gk, ref, ids)...)
+				missing[key] = append(missing[key], missingFrom(absent, gk, ref, ids)...)
 			}
 		}
 	}
@@ -308,8 +308,15 @@ func (w *driftWatcher) synced(cw *clusterWatch, gk schema.GroupKind, store cache
 	}
 }
 
-// missingFrom returns the objects of kind gk among ids that store lacks.
-func missingFrom(store cache.Store, gk schema.GroupKind, ref clusterKey, ids map[string]string) []driftKey {
+func absentFrom(store cache.Store) func(key string) bool {
+	return func(key string) bool {
+		_, exists, _ := store.GetByKey(key)
+		return !exists
+	}
+}
+
+// missingFrom returns the objects of kind gk among ids that are absent.
+func missingFrom(absent func(key string) bool, gk schema.GroupKind, ref clusterKey, ids map[string]string) []driftKey {
 	var missing []driftKey
 	for id := range ids {
 		m, err := object.ParseObjMetadata(id)
@@ -320,7 +327,7 @@ func missingFrom(store cache.Store, gk schema.GroupKind, ref clusterKey, ids map
 		if m.Namespace != "" {
 			storeKey = m.Namespace + "/" + m.Name
 		}
-		if _, exists, _ := store.GetByKey(storeKey); !exists {
+		if absent(storeKey) {
 			missing = append(missing, driftKey{ref: ref, id: id})
 		}
 	}

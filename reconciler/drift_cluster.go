@@ -62,10 +62,10 @@ type driftSink interface {
 	// changed says that obj, of kind gk in cw's cluster, was deleted or
 	// taken over (what).
 	changed(cw *clusterWatch, gk schema.GroupKind, obj any, what string)
-	// synced says that cw holds every watched object of kind gk: those
-	// of the deployments it is watched for that store lacks went while
-	// no one watched.
-	synced(cw *clusterWatch, gk schema.GroupKind, store cache.Store)
+	// synced says that cw holds every object of kind gk: those of the
+	// deployments it is watched for that are absent (by store key) went
+	// while no one watched.
+	synced(cw *clusterWatch, gk schema.GroupKind, absent func(key string) bool)
 }
 
 // clusterWatch holds the drift watches of one cluster: one metadata
@@ -150,7 +150,15 @@ func (cw *clusterWatch) run(gk schema.GroupKind, version string, kw *kindWatch) 
 	}
 	inf := metadatainformer.NewFilteredMetadataInformer(cw.conn.meta, mapping.Resource, metav1.NamespaceAll, 0, cache.Indexers{},
 		func(o *metav1.ListOptions) { o.LabelSelector = stages.OwnerNameLabel }).Informer()
-	_, err = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// listed holds the objects of the first list: one of them deleted
+	// before the sync is over is told by its event, not found missing.
+	listed := map[string]bool{}
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) {
+			if key, kerr := cache.MetaNamespaceKeyFunc(obj); kerr == nil && initial {
+				listed[key] = true
+			}
+		},
 		UpdateFunc: func(oldObj, newObj any) {
 			if who := tookOver(oldObj, newObj); who != "" {
 				cw.sink.changed(cw, gk, newObj, "changed by "+who)
@@ -181,12 +189,17 @@ func (cw *clusterWatch) run(gk schema.GroupKind, version string, kw *kindWatch) 
 		defer cw.wg.Done()
 		inf.RunWithContext(cw.ctx)
 	}()
-	if !cache.WaitForCacheSync(cw.ctx.Done(), inf.HasSynced) {
+	// The handler's sync: every object of the first list reached it.
+	if !cache.WaitForCacheSync(cw.ctx.Done(), reg.HasSynced) {
 		return
 	}
-	kw.store = inf.GetStore()
+	store := inf.GetStore()
+	kw.store = store
 	close(kw.synced)
-	cw.sink.synced(cw, gk, kw.store)
+	cw.sink.synced(cw, gk, func(key string) bool {
+		_, exists, _ := store.GetByKey(key)
+		return !exists && !listed[key]
+	})
 }
 
 // mapKind maps gk to its resource, retrying with backoff while the
