@@ -7,6 +7,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,11 +23,12 @@ import (
 )
 
 // counted returns the target's kubeconfig pointed at a TLS proxy in front
-// of the target's API server, and the counter of the requests that pass
-// through it: what the daemon asks the target, counted as startDaemon
-// counts what it asks the cluster it runs in. The proxy stops when the
-// test ends, after the daemons it started before.
-func (tg *target) counted(t testing.TB) ([]byte, *requestCounter) {
+// of the target's API server, the counter of the requests that pass
+// through it (what the daemon asks the target, counted as startDaemon
+// counts what it asks the cluster it runs in), and a function that stops
+// the proxy: the target unreachable at that address. The proxy stops at
+// the latest when the test ends, after the daemons started later.
+func (tg *target) counted(t testing.TB) ([]byte, *requestCounter, func()) {
 	t.Helper()
 	counter := &requestCounter{}
 	transport, err := rest.TransportFor(counter.wrap(tg.env.Config))
@@ -43,10 +45,14 @@ func (tg *target) counted(t testing.TB) ([]byte, *requestCounter) {
 	srv := httptest.NewUnstartedServer(proxy)
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			srv.CloseClientConnections()
+			srv.Close()
+		})
+	}
+	t.Cleanup(stop)
 	cfg, err := clientcmd.Load(tg.kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -59,14 +65,16 @@ func (tg *target) counted(t testing.TB) ([]byte, *requestCounter) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return data, counter
+	return data, counter, stop
 }
 
 // Drift in a cluster reached through a kubeconfig Secret (spec.kubeConfig,
 // the target's API server behind a counting proxy) is corrected as in the
 // cluster Capstan runs in, with one apply each to that cluster and none to
 // the cluster Capstan runs in; a Ready deployment with nothing changed
-// makes no request to either cluster.
+// makes no request to either cluster. When the cluster becomes
+// unreachable, its drift watches say so in the log (never the
+// kubeconfig's token) and the deployment stays as it is.
 func TestDriftIsCorrectedOnRemoteCluster(t *testing.T) {
 	tg := startTarget(t)
 	c := newClient(t)
@@ -79,10 +87,11 @@ func TestDriftIsCorrectedOnRemoteCluster(t *testing.T) {
 	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, ownedRepo(namespace+cm("deleted", "A")+cm("edited", "A")), "v1"); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig, remote := tg.counted(t)
+	kubeconfig, remote, unplug := tg.counted(t)
 	writeKubeconfigSecret(t, c, ns, "target-kubeconfig", kubeconfig)
 	reg := prometheus.NewRegistry()
-	_, api := startDaemonWith(t, nil, func(o *reconciler.Options) { o.MetricsRegistry = reg })
+	logs := &logBuffer{}
+	_, api := startDaemonWith(t, nil, func(o *reconciler.Options) { o.MetricsRegistry, o.Logger = reg, logs.logger() })
 	spec := ownedSpec(url, ns, gitSecret(t, c, ns), "A")
 	spec.KubeConfig = kubeconfigRef("target-kubeconfig")
 	createDeployment(t, c, ns, "owned", spec)
@@ -98,6 +107,26 @@ func TestDriftIsCorrectedOnRemoteCluster(t *testing.T) {
 		t.Errorf("%d ConfigMap applies to the cluster Capstan runs in, want 0", n)
 	}
 	tg.assertNoToken(t, c, ns, "owned")
+
+	// The target goes away: logged, retried, and nothing else changes.
+	before := getDeployment(t, c, ns, "owned")
+	unplug()
+	waitFor(t, "the drift watches of the target logging that they cannot reach it", func() (bool, error) {
+		return strings.Contains(logs.String(), "drift watch cannot list or watch; retrying"), nil
+	})
+	requests := api.all()
+	infoRefs := "/" + ns + ".git/info/refs"
+	polls := gitSrv.RequestsTo(infoRefs)
+	waitFor(t, "three more polls of the remote", func() (bool, error) { return gitSrv.RequestsTo(infoRefs) >= polls+3, nil })
+	if n := api.all() - requests; n != 0 {
+		t.Errorf("target unreachable: %d requests to the cluster Capstan runs in during three polls, want 0", n)
+	}
+	if after := getDeployment(t, c, ns, "owned"); after.ResourceVersion != before.ResourceVersion || !isReady(after) {
+		t.Errorf("the deployment changed while only its drift watches could not reach the target: %s", describe(after))
+	}
+	if strings.Contains(logs.String(), tg.token) {
+		t.Error("the daemon's log holds the kubeconfig's token")
+	}
 }
 
 // driftRun is a Ready deployment "owned" whose ConfigMaps "deleted" and

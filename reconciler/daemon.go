@@ -239,7 +239,7 @@ func New(opts Options) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: create core client: %w", err)
 	}
-	r.drift = newDriftWatcher(watchConn{name: stages.LocalClusterName, meta: meta, mapper: mgr.GetRESTMapper()}, core.RESTClient(), scheme, drifts)
+	r.drift = newDriftWatcher(mgr.GetLogger().WithName("drift"), watchConn{name: stages.LocalClusterName, meta: meta, mapper: mgr.GetRESTMapper()}, core.RESTClient(), scheme, drifts)
 	if err := mgr.Add(shard.everyReplica(r.drift)); err != nil {
 		return nil, fmt.Errorf("new daemon: add drift watcher: %w", err)
 	}

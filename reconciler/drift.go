@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/fluxcd/cli-utils/pkg/object"
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/stages"
@@ -39,6 +41,7 @@ import (
 // Secret), not requests per interval: a Ready deployment whose source did
 // not change still makes no API request to any cluster.
 type driftWatcher struct {
+	logger  logr.Logger
 	local   watchConn
 	secrets rest.Interface // reads kubeconfig Secrets in the cluster Capstan runs in
 	scheme  *runtime.Scheme
@@ -83,9 +86,13 @@ func (k driftKey) where() string {
 	return " in the cluster of Secret " + k.ref.namespace + "/" + k.ref.secret
 }
 
-func newDriftWatcher(local watchConn, secrets rest.Interface, scheme *runtime.Scheme, wake chan<- event.GenericEvent) *driftWatcher {
+// newDriftWatcher returns a watcher of the cluster of local and of those
+// reached through kubeconfig Secrets read with secrets; it logs to logger
+// (the manager starts runnables with a context of its own, without the
+// daemon's logger).
+func newDriftWatcher(logger logr.Logger, local watchConn, secrets rest.Interface, scheme *runtime.Scheme, wake chan<- event.GenericEvent) *driftWatcher {
 	return &driftWatcher{
-		local: local, secrets: secrets, scheme: scheme, wake: wake,
+		logger: logger, local: local, secrets: secrets, scheme: scheme, wake: wake,
 		remotes:     map[string]*clusterWatch{},
 		kubeconfigs: map[clusterKey]*kubeconfigWatch{},
 		watched:     map[types.NamespacedName]map[clusterKey]map[string]string{},
@@ -98,6 +105,7 @@ var _ driftSink = (*driftWatcher)(nil)
 // Start runs the watches until ctx ends (manager.Runnable; it runs on
 // the leader only, like the controller).
 func (w *driftWatcher) Start(ctx context.Context) error {
+	ctx = log.IntoContext(ctx, w.logger)
 	w.mu.Lock()
 	w.ctx = ctx
 	w.home = newClusterWatch(ctx, w.local, w)

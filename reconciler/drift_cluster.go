@@ -6,14 +6,18 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -148,8 +152,7 @@ func (cw *clusterWatch) run(gk schema.GroupKind, version string, kw *kindWatch) 
 		}
 		return
 	}
-	inf := metadatainformer.NewFilteredMetadataInformer(cw.conn.meta, mapping.Resource, metav1.NamespaceAll, 0, cache.Indexers{},
-		func(o *metav1.ListOptions) { o.LabelSelector = stages.OwnerNameLabel }).Informer()
+	inf := cache.NewSharedIndexInformer(cw.listWatch(mapping.Resource, logger), &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
 	// listed holds the objects of the first list: one of them deleted
 	// before the sync is over is told by its event, not found missing.
 	listed := map[string]bool{}
@@ -172,13 +175,9 @@ func (cw *clusterWatch) run(gk schema.GroupKind, version string, kw *kindWatch) 
 		},
 	})
 	if err == nil {
-		err = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-			if !normalWatchEnd(err) {
-				// The informer retries with its own backoff; the deployments'
-				// state stays as it is.
-				logger.Info("drift watch cannot list or watch; retrying", "error", err.Error())
-			}
-		})
+		// Failed lists and watches are logged by listWatch; this handler
+		// only replaces client-go's, which logs them again.
+		err = inf.SetWatchErrorHandlerWithContext(func(context.Context, *cache.Reflector, error) {})
 	}
 	if err != nil {
 		logger.Info("cannot watch applied objects for drift", "error", err.Error())
@@ -200,6 +199,42 @@ func (cw *clusterWatch) run(gk schema.GroupKind, version string, kw *kindWatch) 
 		_, exists, _ := store.GetByKey(key)
 		return !exists && !listed[key]
 	})
+}
+
+// listWatch lists and watches the objects of resource gvr that carry
+// Capstan's owner label, through cw's connection. The informer retries
+// failed calls with its own backoff (a refused watch silently); the log
+// says when the cluster stops answering and when it answers again, once
+// each, and the deployments' state stays as it is.
+func (cw *clusterWatch) listWatch(gvr schema.GroupVersionResource, logger logr.Logger) cache.ListerWatcher {
+	var failing atomic.Bool
+	seen := func(err error) {
+		switch {
+		case err == nil:
+			if failing.Swap(false) {
+				logger.Info("drift watch reaches its cluster again")
+			}
+		case cw.ctx.Err() == nil && !failing.Swap(true):
+			logger.Info("drift watch cannot list or watch; retrying", "error", err.Error())
+		}
+	}
+	owned := func(o metav1.ListOptions) metav1.ListOptions {
+		o.LabelSelector = stages.OwnerNameLabel
+		return o
+	}
+	resource := cw.conn.meta.Resource(gvr)
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			list, err := resource.List(ctx, owned(o))
+			seen(err)
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			w, err := resource.Watch(ctx, owned(o))
+			seen(err)
+			return w, err
+		},
+	}
 }
 
 // mapKind maps gk to its resource, retrying with backoff while the

@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/internal/testenv"
@@ -70,13 +69,13 @@ func newDriftFixture(t *testing.T) *driftFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.w = newDriftWatcher(watchConn{name: stages.LocalClusterName, meta: meta, mapper: mapper}, f.cs.CoreV1().RESTClient(), Scheme(), f.wake)
 	logger := funcr.New(func(prefix, args string) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.logs = append(f.logs, args)
 	}, funcr.Options{})
-	ctx, cancel := context.WithCancel(log.IntoContext(context.Background(), logger))
+	f.w = newDriftWatcher(logger, watchConn{name: stages.LocalClusterName, meta: meta, mapper: mapper}, f.cs.CoreV1().RESTClient(), Scheme(), f.wake)
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
