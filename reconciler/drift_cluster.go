@@ -141,7 +141,7 @@ const mapRetryMax = unreachableRetryMax
 // run maps gk, starts its informer and, once synced, tells the sink.
 func (cw *clusterWatch) run(gk schema.GroupKind, version string, kw *kindWatch) {
 	logger := log.FromContext(cw.ctx).WithValues("cluster", cw.conn.name, "kind", gk.String())
-	mapping, err := cw.mapKind(gk, version)
+	mapping, err := cw.mapKind(gk, version, logger)
 	if err != nil {
 		if cw.ctx.Err() == nil {
 			// Not served (a CRD removed): a later track or reconnect tries again.
@@ -238,16 +238,21 @@ func (cw *clusterWatch) listWatch(gvr schema.GroupVersionResource, logger logr.L
 }
 
 // mapKind maps gk to its resource, retrying with backoff while the
-// cluster does not answer. A kind the cluster does not serve is an error.
-func (cw *clusterWatch) mapKind(gk schema.GroupKind, version string) (*meta.RESTMapping, error) {
+// cluster does not answer (logged when it starts and when it ends). A kind
+// the cluster does not serve is an error.
+func (cw *clusterWatch) mapKind(gk schema.GroupKind, version string, logger logr.Logger) (*meta.RESTMapping, error) {
 	wait := time.Second
-	for {
+	for failed := false; ; failed = true {
 		mapping, err := cw.conn.mapper.RESTMapping(gk, version)
 		if err == nil || meta.IsNoMatchError(err) {
+			if failed && err == nil {
+				logger.Info("drift watch reaches its cluster again")
+			}
 			return mapping, err
 		}
-		log.FromContext(cw.ctx).Info("drift watch cannot reach its cluster; retrying", "cluster", cw.conn.name, "kind", gk.String(),
-			"retryIn", wait.String(), "error", err.Error())
+		if !failed {
+			logger.Info("drift watch cannot reach its cluster; retrying", "error", err.Error())
+		}
 		select {
 		case <-cw.ctx.Done():
 			return nil, cw.ctx.Err()
