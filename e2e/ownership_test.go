@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -208,74 +207,7 @@ func TestDriftIsCorrected(t *testing.T) {
 	_, api := startDaemonWith(t, nil, func(o *reconciler.Options) { o.MetricsRegistry = reg })
 	createDeployment(t, c, ns, "owned", ownedSpec(url, ns, gitSecret(t, c, ns), "A"))
 	waitDeployment(t, c, ns, "owned", "Ready", isReady)
-
-	deleted, edited := appliesTo(api, ns, "configmaps", "deleted"), appliesTo(api, ns, "configmaps", "edited")
-	gone := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "deleted"}}
-	begin := time.Now()
-	if err := c.Delete(context.Background(), gone); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the deleted ConfigMap restored", func() (bool, error) { return object(t, c, configMapGVK, ns, "deleted") != nil, nil })
-	t.Logf("deleted object restored %s after the delete", time.Since(begin).Round(time.Millisecond))
-
-	live := &corev1.ConfigMap{}
-	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "edited"}, live); err != nil {
-		t.Fatal(err)
-	}
-	live.Data["k"] = "edited by hand"
-	begin = time.Now()
-	if err := c.Update(context.Background(), live, client.FieldOwner("kubectl-edit")); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the edited field restored", func() (bool, error) {
-		obj := object(t, c, configMapGVK, ns, "edited")
-		return obj != nil && obj.Object["data"].(map[string]any)["k"] == "v", nil
-	})
-	t.Logf("edited field restored %s after the edit", time.Since(begin).Round(time.Millisecond))
-	if n := appliesTo(api, ns, "configmaps", "deleted") - deleted; n != 1 {
-		t.Errorf("the deleted ConfigMap was applied %d times, want 1", n)
-	}
-	if n := appliesTo(api, ns, "configmaps", "edited") - edited; n != 1 {
-		t.Errorf("the edited ConfigMap was applied %d times, want 1", n)
-	}
-	if n := driftCount(t, reg, ns, "owned", "corrected"); n != 2 {
-		t.Errorf("capstan_drift_corrections_total{action=corrected} = %v, want 2", n)
-	}
-	// Events of one reason on one object fold into one series; its note
-	// is the first one's.
-	waitFor(t, "a DriftCorrected event", func() (bool, error) { return eventReasons(t, c, ns, "owned")["DriftCorrected"] > 0, nil })
-	if msg := eventMessages(t, c, ns, "owned", "DriftCorrected"); !strings.Contains(msg, "ConfigMap/"+ns+"/deleted was deleted") {
-		t.Errorf("DriftCorrected event %q does not say what happened to which object", msg)
-	}
-
-	// Nothing changes any more: three polls cost no API request.
-	requests := api.all()
-	infoRefs := "/" + ns + ".git/info/refs"
-	polls := gitSrv.RequestsTo(infoRefs)
-	waitFor(t, "three more polls of the remote", func() (bool, error) { return gitSrv.RequestsTo(infoRefs) >= polls+3, nil })
-	if n := api.all() - requests; n != 0 {
-		t.Errorf("Ready and unchanged: %d API requests during three polls, want 0", n)
-	}
-
-	// report: the drift is told, not corrected.
-	cd := getDeployment(t, c, ns, "owned")
-	cd.Spec.Drift = capstanv1.DriftReport
-	if err := c.Update(context.Background(), cd); err != nil {
-		t.Fatal(err)
-	}
-	waitDeployment(t, c, ns, "owned", "Ready at the new generation", func(cd *capstanv1.ClusterDeployment) bool {
-		return cd.Status.ObservedGeneration == cd.Generation && isReady(cd)
-	})
-	if err := c.Delete(context.Background(), gone); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "a DriftDetected event", func() (bool, error) { return eventReasons(t, c, ns, "owned")["DriftDetected"] > 0, nil })
-	if n := driftCount(t, reg, ns, "owned", "reported"); n != 1 {
-		t.Errorf("capstan_drift_corrections_total{action=reported} = %v, want 1", n)
-	}
-	if object(t, c, configMapGVK, ns, "deleted") != nil {
-		t.Error("with spec.drift: report, the deleted ConfigMap was restored")
-	}
+	assertDriftCorrected(t, driftRun{client: c, ns: ns, api: api, reg: reg, objects: c, objectsAPI: api})
 }
 
 // driftCount reads capstan_drift_corrections_total of a deployment and

@@ -206,9 +206,28 @@ func (r *Reconciler) executorFor(ctx context.Context, cd *capstanv1.ClusterDeplo
 	if err != nil {
 		return nil, err
 	}
+	return r.executorVia(ctx, cd, key)
+}
+
+// executorVia returns the executor on the cluster of the kubeconfig at
+// key, reached for deployment cd.
+func (r *Reconciler) executorVia(ctx context.Context, cd *capstanv1.ClusterDeployment, key clusterKey) (*stages.Executor, error) {
 	cluster, err := r.clusters.get(ctx, cd, key)
 	if err != nil {
 		return nil, err
 	}
 	return r.executor.On(cluster).Via(key.namespace, key.secret, key.key), nil
+}
+
+// inventoryKey is the kubeconfig an inventory stage's objects were
+// applied through: localRef for the cluster Capstan runs in.
+func inventoryKey(s capstanv1.InventoryStage) clusterKey {
+	if s.KubeConfig == nil {
+		return localRef
+	}
+	key := clusterKey{namespace: s.KubeConfigNamespace, secret: s.KubeConfig.Name, key: s.KubeConfig.Key}
+	if key.key == "" {
+		key.key = capstanv1.DefaultKubeConfigKey
+	}
+	return key
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -234,7 +235,11 @@ func New(opts Options) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: create metadata client: %w", err)
 	}
-	r.drift = newDriftWatcher(meta, mgr.GetRESTMapper(), drifts)
+	core, err := corev1client.NewForConfig(opts.Config)
+	if err != nil {
+		return nil, fmt.Errorf("new daemon: create core client: %w", err)
+	}
+	r.drift = newDriftWatcher(mgr.GetLogger().WithName("drift"), watchConn{name: stages.LocalClusterName, meta: meta, mapper: mgr.GetRESTMapper()}, core.RESTClient(), scheme, drifts)
 	if err := mgr.Add(shard.everyReplica(r.drift)); err != nil {
 		return nil, fmt.Errorf("new daemon: add drift watcher: %w", err)
 	}

@@ -3,70 +3,112 @@ package reconciler
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"sync"
 
 	"github.com/fluxcd/cli-utils/pkg/object"
-	"k8s.io/apimachinery/pkg/api/meta"
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
-	"github.com/capstan-dev/capstan/reconciler/metrics"
 	"github.com/capstan-dev/capstan/stages"
 )
 
-// driftWatcher watches the objects deployments applied to the cluster
-// Capstan runs in: one metadata informer per kind, shared by every
-// deployment, limited to objects with Capstan's owner label. An object
-// deleted, or one whose fields applied by Capstan another field manager
-// took over (kubectl edit, a foreign apply), is drift: it is noted for
-// its deployment, which is woken up to correct it (correctDrift).
+// driftWatcher watches the objects deployments applied, in the cluster
+// Capstan runs in and in the clusters their stages reach through
+// kubeconfig Secrets: per cluster, one metadata informer per kind, shared
+// by every deployment that applied objects of that kind there, limited to
+// objects with Capstan's owner label (clusterWatch). An object deleted, or
+// one whose fields applied by Capstan another field manager took over
+// (kubectl edit, a foreign apply), is drift: it is noted for its
+// deployment, which is woken up to correct it (correctDrift).
 //
-// Watching costs one watch per kind, not requests per interval: a Ready
-// deployment whose source did not change still makes no API request.
+// A remote cluster is the content of a kubeconfig: deployments whose
+// Secrets hold the same kubeconfig share its watches, which stop when no
+// deployment needs them any more or when the Secret changes
+// (drift_remote.go).
+//
+// Watching costs one watch per kind and cluster (and one per kubeconfig
+// Secret), not requests per interval: a Ready deployment whose source did
+// not change still makes no API request to any cluster.
 type driftWatcher struct {
-	client metadata.Interface
-	mapper meta.RESTMapper
-	wake   chan<- event.GenericEvent
+	logger  logr.Logger
+	local   watchConn
+	secrets rest.Interface // reads kubeconfig Secrets in the cluster Capstan runs in
+	scheme  *runtime.Scheme
+	wake    chan<- event.GenericEvent
 
-	mu        sync.Mutex
-	ctx       context.Context // set by Start: informers live as long as it
-	informers map[schema.GroupVersionResource]cache.SharedIndexInformer
-	// watched holds, per deployment, the IDs of its objects watched for
-	// drift; drifted what happened to those that drifted.
-	watched map[types.NamespacedName]map[string]bool
-	drifted map[types.NamespacedName]map[string]string
-	// desired holds, per deployment, what its plan applies here.
+	mu  sync.Mutex
+	ctx context.Context // set by Start: watches live as long as it
+	// home watches the cluster Capstan runs in; remotes the others, by
+	// the hash of the kubeconfig that reaches them; kubeconfigs follow
+	// the Secrets those kubeconfigs are read from.
+	home        *clusterWatch
+	remotes     map[string]*clusterWatch
+	kubeconfigs map[clusterKey]*kubeconfigWatch
+	// watched holds, per deployment and kubeconfig (localRef for the
+	// cluster Capstan runs in), the IDs of its objects watched for drift
+	// and the versions they were applied with; drifted what happened to
+	// those that drifted.
+	watched map[types.NamespacedName]map[clusterKey]map[string]string
+	drifted map[types.NamespacedName]map[driftKey]string
+	// desired holds, per deployment, what its plan applies.
 	desired map[types.NamespacedName]*desiredSet
 	// pending holds deployments tracked before Start.
 	pending []*capstanv1.ClusterDeployment
 }
 
-func newDriftWatcher(client metadata.Interface, mapper meta.RESTMapper, wake chan<- event.GenericEvent) *driftWatcher {
+// localRef is the clusterKey of the cluster Capstan runs in.
+var localRef = clusterKey{}
+
+// driftKey names one applied object: the kubeconfig it was applied
+// through (localRef for the cluster Capstan runs in) and its ID.
+type driftKey struct {
+	ref clusterKey
+	id  string
+}
+
+// where says in which cluster the object is, for events: "" for the
+// cluster Capstan runs in.
+func (k driftKey) where() string {
+	if k.ref == localRef {
+		return ""
+	}
+	return " in the cluster of Secret " + k.ref.namespace + "/" + k.ref.secret
+}
+
+// newDriftWatcher returns a watcher of the cluster of local and of those
+// reached through kubeconfig Secrets read with secrets; it logs to logger
+// (the manager starts runnables with a context of its own, without the
+// daemon's logger).
+func newDriftWatcher(logger logr.Logger, local watchConn, secrets rest.Interface, scheme *runtime.Scheme, wake chan<- event.GenericEvent) *driftWatcher {
 	return &driftWatcher{
-		client: client, mapper: mapper, wake: wake,
-		informers: map[schema.GroupVersionResource]cache.SharedIndexInformer{},
-		watched:   map[types.NamespacedName]map[string]bool{},
-		drifted:   map[types.NamespacedName]map[string]string{},
+		logger: logger, local: local, secrets: secrets, scheme: scheme, wake: wake,
+		remotes:     map[string]*clusterWatch{},
+		kubeconfigs: map[clusterKey]*kubeconfigWatch{},
+		watched:     map[types.NamespacedName]map[clusterKey]map[string]string{},
+		drifted:     map[types.NamespacedName]map[driftKey]string{},
 	}
 }
 
-// Start runs the informers until ctx ends (manager.Runnable; it runs on
+var _ driftSink = (*driftWatcher)(nil)
+
+// Start runs the watches until ctx ends (manager.Runnable; it runs on
 // the leader only, like the controller).
 func (w *driftWatcher) Start(ctx context.Context) error {
+	ctx = log.IntoContext(ctx, w.logger)
 	w.mu.Lock()
 	w.ctx = ctx
+	w.home = newClusterWatch(ctx, w.local, w)
 	pending := w.pending
 	w.pending = nil
 	w.mu.Unlock()
@@ -77,26 +119,37 @@ func (w *driftWatcher) Start(ctx context.Context) error {
 	return nil
 }
 
-// track watches the objects in cd's inventory that were applied to the
-// cluster Capstan runs in, and stops watching those no longer in it. An
-// object of the inventory already missing when its kind's informer has
-// synced counts as deleted: it went while no one watched.
+// watchedOf returns the objects of cd's inventory to watch, by the
+// kubeconfig they were applied through: none when spec.drift is ignore.
+func watchedOf(cd *capstanv1.ClusterDeployment) map[clusterKey]map[string]string {
+	refs := map[clusterKey]map[string]string{}
+	if cd.Spec.Drift == capstanv1.DriftIgnore || cd.Status.Inventory == nil {
+		return refs
+	}
+	for _, s := range cd.Status.Inventory.Stages {
+		ref := inventoryKey(s)
+		for _, e := range s.Entries {
+			if refs[ref] == nil {
+				refs[ref] = map[string]string{}
+			}
+			refs[ref][e.ID] = e.Version
+		}
+	}
+	return refs
+}
+
+// track watches the objects in cd's inventory, in the clusters they were
+// applied to, and stops watching those no longer in it. An object of the
+// inventory already missing when its kind's informer has synced counts as
+// deleted: it went while no one watched. Nothing here waits for a
+// cluster: an unchanged inventory costs nothing, and a new one starts
+// watches in the background.
 func (w *driftWatcher) track(cd *capstanv1.ClusterDeployment) {
 	if w == nil {
 		return
 	}
 	key := types.NamespacedName{Namespace: cd.Namespace, Name: cd.Name}
-	ids := map[string]bool{}
-	if cd.Spec.Drift != capstanv1.DriftIgnore && cd.Status.Inventory != nil {
-		for _, s := range cd.Status.Inventory.Stages {
-			if s.KubeConfig != nil {
-				continue // another cluster: corrected when its stages run
-			}
-			for _, e := range s.Entries {
-				ids[e.ID] = true
-			}
-		}
-	}
+	refs := watchedOf(cd)
 	w.mu.Lock()
 	if w.ctx == nil {
 		w.pending = append(slices.DeleteFunc(w.pending, func(p *capstanv1.ClusterDeployment) bool {
@@ -106,34 +159,40 @@ func (w *driftWatcher) track(cd *capstanv1.ClusterDeployment) {
 		return
 	}
 	old := w.watched[key]
-	if len(ids) == 0 {
+	if maps.EqualFunc(old, refs, maps.Equal) {
+		w.mu.Unlock()
+		return
+	}
+	if len(refs) == 0 {
 		delete(w.watched, key)
 		delete(w.drifted, key)
 	} else {
-		w.watched[key] = ids
+		w.watched[key] = refs
 	}
-	w.mu.Unlock()
-	if maps.Equal(old, ids) {
-		return
+	type start struct {
+		cw  *clusterWatch
+		ref clusterKey
 	}
-	versions := map[schema.GroupKind]string{}
-	if cd.Status.Inventory != nil {
-		for _, s := range cd.Status.Inventory.Stages {
-			for _, e := range s.Entries {
-				if m, err := object.ParseObjMetadata(e.ID); err == nil && ids[e.ID] {
-					versions[m.GroupKind] = e.Version
-				}
-			}
-		}
-	}
-	for gk, version := range versions {
-		inf, err := w.informer(gk, version)
-		if err != nil {
-			log.FromContext(w.ctx).Info("cannot watch applied objects for drift", "kind", gk.String(), "error", err.Error())
+	var starts []start
+	for ref, ids := range refs {
+		if maps.Equal(old[ref], ids) {
 			continue
 		}
-		go w.findMissing(key, gk, inf)
+		if ref != localRef && w.kubeconfigs[ref] == nil {
+			// The Secret's first content connects, and watches the kinds
+			// of every deployment that names it (kubeconfigChanged).
+			w.kubeconfigs[ref] = w.followKubeconfig(ref)
+			continue
+		}
+		if cw := w.clusterOfLocked(ref); cw != nil {
+			starts = append(starts, start{cw: cw, ref: ref})
+		}
 	}
+	w.mu.Unlock()
+	for _, s := range starts {
+		w.watchKinds(s.cw, key, s.ref, refs[s.ref])
+	}
+	w.collect()
 }
 
 // forget stops watching a deployment's objects.
@@ -142,15 +201,16 @@ func (w *driftWatcher) forget(key types.NamespacedName) {
 		return
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	delete(w.watched, key)
 	delete(w.drifted, key)
 	delete(w.desired, key)
+	w.mu.Unlock()
+	w.collect()
 }
 
-// take returns and clears what drifted of a deployment's objects: ID to
-// what happened to it.
-func (w *driftWatcher) take(key types.NamespacedName) map[string]string {
+// take returns and clears what drifted of a deployment's objects: what
+// happened to each.
+func (w *driftWatcher) take(key types.NamespacedName) map[driftKey]string {
 	if w == nil {
 		return nil
 	}
@@ -159,6 +219,28 @@ func (w *driftWatcher) take(key types.NamespacedName) map[string]string {
 	d := w.drifted[key]
 	delete(w.drifted, key)
 	return d
+}
+
+// restore notes again drift that take returned but that could not be
+// corrected, unless the object drifted again meanwhile or is no longer
+// watched: the next attempt corrects it.
+func (w *driftWatcher) restore(key types.NamespacedName, left map[driftKey]string) {
+	if w == nil || len(left) == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for dk, what := range left {
+		if _, ok := w.watched[key][dk.ref][dk.id]; !ok {
+			continue
+		}
+		if w.drifted[key] == nil {
+			w.drifted[key] = map[driftKey]string{}
+		}
+		if _, again := w.drifted[key][dk]; !again {
+			w.drifted[key][dk] = what
+		}
+	}
 }
 
 // has reports whether some of a deployment's objects drifted.
@@ -171,49 +253,80 @@ func (w *driftWatcher) has(key types.NamespacedName) bool {
 	return len(w.drifted[key]) > 0
 }
 
-// informer returns the informer of kind gk, started on first use.
-func (w *driftWatcher) informer(gk schema.GroupKind, version string) (cache.SharedIndexInformer, error) {
-	mapping, err := w.mapper.RESTMapping(gk, version)
-	if err != nil {
-		return nil, err
-	}
+// clusterOf returns the watch of the cluster ref reaches now; nil while
+// its Secret gives no usable kubeconfig, or before Start.
+func (w *driftWatcher) clusterOf(ref clusterKey) *clusterWatch {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if inf, ok := w.informers[mapping.Resource]; ok {
-		return inf, nil
-	}
-	inf := metadatainformer.NewFilteredMetadataInformer(w.client, mapping.Resource, metav1.NamespaceAll, 0, cache.Indexers{},
-		func(o *metav1.ListOptions) { o.LabelSelector = stages.OwnerNameLabel }).Informer()
-	_, err = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(oldObj, newObj any) {
-			if who := tookOver(oldObj, newObj); who != "" {
-				w.note(gk, newObj, "changed by "+who)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			w.note(gk, obj, "deleted")
-		},
-	})
-	if err != nil {
-		return nil, err
-	}
-	w.informers[mapping.Resource] = inf
-	go inf.Run(w.ctx.Done())
-	return inf, nil
+	return w.clusterOfLocked(ref)
 }
 
-// findMissing notes the watched objects of kind gk of a deployment that
-// the informer, once synced, does not hold.
-func (w *driftWatcher) findMissing(key types.NamespacedName, gk schema.GroupKind, inf cache.SharedIndexInformer) {
-	if !cache.WaitForCacheSync(w.ctx.Done(), inf.HasSynced) {
-		return
+func (w *driftWatcher) clusterOfLocked(ref clusterKey) *clusterWatch {
+	if ref == localRef {
+		return w.home
 	}
+	if kw := w.kubeconfigs[ref]; kw != nil && kw.cluster != "" {
+		return w.remotes[kw.cluster]
+	}
+	return nil
+}
+
+// watchKinds makes sure cw watches the kinds of ids, the objects deployment
+// key applied through ref, and looks for those already missing from the
+// kinds cw holds already (the others are looked for once synced).
+func (w *driftWatcher) watchKinds(cw *clusterWatch, key types.NamespacedName, ref clusterKey, ids map[string]string) {
+	versions := map[schema.GroupKind]string{}
+	for id, version := range ids {
+		if m, err := object.ParseObjMetadata(id); err == nil {
+			versions[m.GroupKind] = version
+		}
+	}
+	for gk, version := range versions {
+		kw := cw.watch(gk, version)
+		if kw == nil {
+			return // stopped: the cluster is no longer watched
+		}
+		if store, ok := kw.storeOf(); ok {
+			w.mark(cw, key, missingFrom(absentFrom(store), gk, ref, w.idsOf(key, ref)), "deleted")
+		}
+	}
+}
+
+func (w *driftWatcher) idsOf(key types.NamespacedName, ref clusterKey) map[string]string {
 	w.mu.Lock()
-	var missing []string
-	for id := range w.watched[key] {
+	defer w.mu.Unlock()
+	return maps.Clone(w.watched[key][ref])
+}
+
+// synced looks, once cw holds every object of kind gk, for the objects of
+// that kind missing there of every deployment watched on cw.
+func (w *driftWatcher) synced(cw *clusterWatch, gk schema.GroupKind, absent func(key string) bool) {
+	w.mu.Lock()
+	missing := map[types.NamespacedName][]driftKey{}
+	for key, refs := range w.watched {
+		for ref, ids := range refs {
+			if w.clusterOfLocked(ref) == cw {
+				missing[key] = append(missing[key], missingFrom(absent, gk, ref, ids)...)
+			}
+		}
+	}
+	w.mu.Unlock()
+	for key, keys := range missing {
+		w.mark(cw, key, keys, "deleted")
+	}
+}
+
+func absentFrom(store cache.Store) func(key string) bool {
+	return func(key string) bool {
+		_, exists, _ := store.GetByKey(key)
+		return !exists
+	}
+}
+
+// missingFrom returns the objects of kind gk among ids that are absent.
+func missingFrom(absent func(key string) bool, gk schema.GroupKind, ref clusterKey, ids map[string]string) []driftKey {
+	var missing []driftKey
+	for id := range ids {
 		m, err := object.ParseObjMetadata(id)
 		if err != nil || m.GroupKind != gk {
 			continue
@@ -222,38 +335,50 @@ func (w *driftWatcher) findMissing(key types.NamespacedName, gk schema.GroupKind
 		if m.Namespace != "" {
 			storeKey = m.Namespace + "/" + m.Name
 		}
-		if _, exists, _ := inf.GetStore().GetByKey(storeKey); !exists {
-			missing = append(missing, id)
+		if absent(storeKey) {
+			missing = append(missing, driftKey{ref: ref, id: id})
 		}
 	}
-	w.mu.Unlock()
-	for _, id := range missing {
-		w.mark(key, id, "deleted")
-	}
+	return missing
 }
 
-// note records an event on a watched object as drift of its deployment.
-func (w *driftWatcher) note(gk schema.GroupKind, obj any, what string) {
+// changed notes an event on a watched object of cw's cluster as drift of
+// its deployment.
+func (w *driftWatcher) changed(cw *clusterWatch, gk schema.GroupKind, obj any, what string) {
 	m, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {
 		return
 	}
 	key := types.NamespacedName{Namespace: m.Labels[stages.OwnerNamespaceLabel], Name: m.Labels[stages.OwnerNameLabel]}
 	id := object.ObjMetadata{Namespace: m.Namespace, Name: m.Name, GroupKind: gk}.String()
-	w.mark(key, id, what)
+	w.mu.Lock()
+	var keys []driftKey
+	for ref := range w.watched[key] {
+		keys = append(keys, driftKey{ref: ref, id: id})
+	}
+	w.mu.Unlock()
+	w.mark(cw, key, keys, what)
 }
 
-func (w *driftWatcher) mark(key types.NamespacedName, id, what string) {
+// mark notes what happened to the objects keys of a deployment, those
+// still watched in cw's cluster, and wakes the deployment up.
+func (w *driftWatcher) mark(cw *clusterWatch, key types.NamespacedName, keys []driftKey, what string) {
 	w.mu.Lock()
-	if !w.watched[key][id] {
-		w.mu.Unlock()
+	marked := false
+	for _, dk := range keys {
+		if _, ok := w.watched[key][dk.ref][dk.id]; !ok || w.clusterOfLocked(dk.ref) != cw {
+			continue // not this deployment's, or events of a cluster it left
+		}
+		if w.drifted[key] == nil {
+			w.drifted[key] = map[driftKey]string{}
+		}
+		w.drifted[key][dk] = what
+		marked = true
+	}
+	w.mu.Unlock()
+	if !marked {
 		return
 	}
-	if w.drifted[key] == nil {
-		w.drifted[key] = map[string]string{}
-	}
-	w.drifted[key][id] = what
-	w.mu.Unlock()
 	cd := &capstanv1.ClusterDeployment{}
 	cd.Namespace, cd.Name = key.Namespace, key.Name
 	select {
@@ -322,137 +447,4 @@ func appliedEntry(obj *metav1.PartialObjectMetadata) *metav1.ManagedFieldsEntry 
 		}
 	}
 	return nil
-}
-
-// desiredSet is what a deployment's plan applies to the cluster Capstan
-// runs in, at one revision and generation, kept compactly (JSON) so that
-// drift is corrected without fetching and rendering again.
-type desiredSet struct {
-	revision   string
-	generation int64
-	objects    map[string]desiredObject
-}
-
-type desiredObject struct {
-	stage string
-	json  []byte
-}
-
-// desiredOf builds the desired set of a plan. Objects a delete stage
-// removes are left out (they must stay gone), and so are objects of
-// stages acting on other clusters; an object a scale stage sets the
-// replicas of is kept without spec.replicas, which the scale stage owns.
-func desiredOf(cd *capstanv1.ClusterDeployment, revision string, plan *stages.Plan) (*desiredSet, error) {
-	set := &desiredSet{revision: revision, generation: cd.Generation, objects: map[string]desiredObject{}}
-	deleted, scaled := map[string]bool{}, map[string]bool{}
-	for i := range plan.Stages {
-		for _, obj := range plan.Stages[i].Objects {
-			switch plan.Stages[i].Action {
-			case capstanv1.StageActionDelete:
-				deleted[stages.ObjectID(obj)] = true
-			case capstanv1.StageActionScale:
-				scaled[stages.ObjectID(obj)] = true
-			}
-		}
-	}
-	for i := range plan.Stages {
-		stage := &plan.Stages[i]
-		if (stage.Action != capstanv1.StageActionApply && stage.Action != "") || stage.KubeConfig != nil || cd.Spec.KubeConfig != nil {
-			continue
-		}
-		for _, obj := range stage.Objects {
-			id := stages.ObjectID(obj)
-			if deleted[id] {
-				continue
-			}
-			if scaled[id] {
-				obj = obj.DeepCopy()
-				unstructured.RemoveNestedField(obj.Object, "spec", "replicas")
-			}
-			data, err := obj.MarshalJSON()
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", stages.ObjectRef(obj), err)
-			}
-			set.objects[id] = desiredObject{stage: stage.Name, json: data}
-		}
-	}
-	return set, nil
-}
-
-// remember keeps the desired set of a deployment for later corrections.
-func (w *driftWatcher) remember(key types.NamespacedName, set *desiredSet) {
-	if w == nil {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.desired == nil {
-		w.desired = map[types.NamespacedName]*desiredSet{}
-	}
-	w.desired[key] = set
-}
-
-// desiredFor returns the desired set kept for a deployment at this
-// revision and generation, or nil.
-func (w *driftWatcher) desiredFor(key types.NamespacedName, revision string, generation int64) *desiredSet {
-	if w == nil {
-		return nil
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if set := w.desired[key]; set != nil && set.revision == revision && set.generation == generation {
-		return set
-	}
-	return nil
-}
-
-// correctDrift applies again, one by one, the objects of the desired set
-// that drifted (spec.drift: correct), or only reports them (report).
-// Objects not in the set (about to be pruned, removed by a delete stage,
-// on another cluster) are left alone.
-func (r *Reconciler) correctDrift(ctx context.Context, cd *capstanv1.ClusterDeployment, set *desiredSet, drifted map[string]string) error {
-	if len(drifted) == 0 || set == nil || cd.Spec.Drift == capstanv1.DriftIgnore {
-		return nil
-	}
-	owner := stages.Owner{Name: cd.Name, Namespace: cd.Namespace}
-	var errs []string
-	for _, id := range slices.Sorted(maps.Keys(drifted)) {
-		d, ok := set.objects[id]
-		if !ok {
-			continue
-		}
-		what := drifted[id]
-		if cd.Spec.Drift == capstanv1.DriftReport {
-			r.metrics.CountDrift(cd, metrics.DriftReported)
-			r.event(cd, "Warning", "DriftDetected", "%s was %s; spec.drift is report, so it stays as it is", stages.EntryRef(id), what)
-			continue
-		}
-		obj := &unstructured.Unstructured{}
-		if err := obj.UnmarshalJSON(d.json); err != nil {
-			errs = append(errs, fmt.Sprintf("%s: %v", stages.EntryRef(id), err))
-			continue
-		}
-		if err := r.executor.Reapply(ctx, obj, d.stage, owner); err != nil {
-			errs = append(errs, err.Error())
-			continue
-		}
-		r.metrics.CountDrift(cd, metrics.DriftCorrected)
-		r.event(cd, "Normal", "DriftCorrected", "%s was %s; applied it again", stages.EntryRef(id), what)
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("correct drift: %s", strings.Join(errs, "; "))
-	}
-	return nil
-}
-
-// correctFromPlan keeps the desired set of the attempt's plan and corrects
-// what drifted of the deployment.
-func (r *Reconciler) correctFromPlan(ctx context.Context, a *attempt) error {
-	key := types.NamespacedName{Namespace: a.cd.Namespace, Name: a.cd.Name}
-	set, err := desiredOf(a.cd, a.revision, a.plan)
-	if err != nil {
-		return err
-	}
-	r.drift.remember(key, set)
-	return r.correctDrift(ctx, a.cd, set, r.drift.take(key))
 }

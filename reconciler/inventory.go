@@ -41,15 +41,7 @@ func (r *Reconciler) executorForInventory(ctx context.Context, cd *capstanv1.Clu
 	if s.KubeConfig == nil {
 		return r.executor, nil
 	}
-	key := clusterKey{namespace: s.KubeConfigNamespace, secret: s.KubeConfig.Name, key: s.KubeConfig.Key}
-	if key.key == "" {
-		key.key = capstanv1.DefaultKubeConfigKey
-	}
-	cluster, err := r.clusters.get(ctx, cd, key)
-	if err != nil {
-		return nil, err
-	}
-	return r.executor.On(cluster).Via(key.namespace, key.secret, key.key), nil
+	return r.executorVia(ctx, cd, inventoryKey(s))
 }
 
 // pruneResult is where one pass of removing inventory objects got.
