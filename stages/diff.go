@@ -337,7 +337,10 @@ func (e *Executor) lookFailed(od ObjectDiff, obj *unstructured.Unstructured, err
 	}
 	classified := classifyApplyError(obj, err)
 	od.Action, od.Error = DiffFailed, classified.Error()
-	if IsStalled(classified) {
+	// A permission Capstan lacks is not a fault of the object: granting it
+	// heals the apply at the same revision, so preflight only warns and the
+	// stage itself fails, naming it, and is tried again.
+	if IsStalled(classified) && !isRBACDenied(err) {
 		od.Action = DiffInvalid
 	}
 	od.Field = invalidField(err)

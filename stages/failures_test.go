@@ -134,3 +134,27 @@ func TestRunStallsOnAReadinessCheckOverTheCostLimit(t *testing.T) {
 		}
 	}
 }
+
+// A permission Capstan's identity lacks is not a fault of the source:
+// preflight warns about it and lets the stage run, where the apply fails
+// naming the permission and is tried again until someone grants it (the
+// same revision heals). Refusing the revision in preflight would hold it
+// until a new commit.
+func TestPreflightWarnsOfAPermissionItLacks(t *testing.T) {
+	ns := newNamespace(t)
+	e := readOnlyExecutor(t, ns)
+	plan, err := stages.BuildPlan(preflightStages, []*unstructured.Unstructured{configMap(ns, "denied", map[string]any{"a": "b"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, err := e.Preflight(testContext(t), plan, owner, stages.PreflightOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := report.Errors(); len(errs) != 0 {
+		t.Errorf("preflight refuses the revision for a permission:\n%s", report.Lines())
+	}
+	if w := report.Warnings(); len(w) != 1 || !strings.Contains(w[0].Message, `cannot patch resource "configmaps"`) {
+		t.Errorf("want one warning naming the permission, got:\n%s", report.Lines())
+	}
+}
