@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/capstan-dev/capstan/internal/testenv"
 )
@@ -14,19 +12,20 @@ import (
 // shared is the control plane the simulator's tests share: the real
 // Cluster API and Metal3 CRDs plus Capstan's (LCM included). Started by
 // the first test that needs it, stopped by TestMain.
-var shared struct {
-	once sync.Once
-	env  *testenv.Env
-	err  error
-}
+var shared = testenv.Shared{Start: func(ctx context.Context) (*testenv.Env, error) {
+	dirs, err := testenv.ProviderCRDDirs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return testenv.Start(ctx, testenv.Options{
+		CRDDirs: append([]string{"../../manifests/crds"}, dirs...), Progress: os.Stderr})
+}}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if shared.env != nil {
-		if err := shared.env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stop the test control plane:", err)
-			code = 1
-		}
+	if err := shared.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop the test control plane:", err)
+		code = 1
 	}
 	os.Exit(code)
 }
@@ -37,19 +36,5 @@ func sharedEnv(t *testing.T) *testenv.Env {
 	if testing.Short() {
 		t.Skip("needs a control plane (skipped under -short)")
 	}
-	shared.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-		defer cancel()
-		dirs, err := testenv.ProviderCRDDirs(ctx)
-		if err != nil {
-			shared.err = err
-			return
-		}
-		shared.env, shared.err = testenv.Start(ctx, testenv.Options{
-			CRDDirs: append([]string{"../../manifests/crds"}, dirs...), Progress: os.Stderr})
-	})
-	if shared.err != nil {
-		t.Fatal(shared.err)
-	}
-	return shared.env
+	return shared.Get(t)
 }
