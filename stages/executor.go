@@ -328,6 +328,9 @@ func (e *Executor) waitStage(ctx context.Context, stage *Stage, owner Owner) Res
 		return failed(res, err)
 	}
 	res.Message, res.Progress = verdict.Message, objectsReady(verdict.ReadyObjects, len(stage.Objects))
+	if verdict.Replicas != nil && !verdict.Ready {
+		res.Progress = verdict.Replicas
+	}
 	if verdict.Ready {
 		res.State = capstanv1.StageReady
 	} else {

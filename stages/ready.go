@@ -27,6 +27,10 @@ type Verdict struct {
 	// ReadyObjects is, in the verdict of Wait on several objects, how
 	// many of them are ready.
 	ReadyObjects int
+	// Replicas is, in the verdict of Wait, how many replicas the unready
+	// objects that roll them out have up to date (machines of a control
+	// plane being upgraded); nil when none does.
+	Replicas *capstanv1.StageProgress
 	// Err is set when the checks cannot judge the object at all, however
 	// long it waits: an expression over the CEL cost limit on it. It is a
 	// stalled failure with reason ReadinessCheckFailed.

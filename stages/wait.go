@@ -65,6 +65,7 @@ func (e *Executor) waitUntilReady(ctx context.Context, objects []*unstructured.U
 	}
 
 	total := len(pending)
+	counts := map[objectKey]replicaCount{} // of the objects that roll out replicas
 	watchCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	observations := make(chan observation)
@@ -77,14 +78,18 @@ func (e *Executor) waitUntilReady(ctx context.Context, objects []*unstructured.U
 		}
 		select {
 		case <-ctx.Done():
-			return Verdict{Message: summarize(pending), ReadyObjects: total - len(pending)}, nil
+			return Verdict{Message: summarize(pending), ReadyObjects: total - len(pending), Replicas: replicaProgress(pending, counts)}, nil
 		case o := <-observations:
 			switch {
 			case o.err != nil:
 				return Verdict{}, o.err
 			case o.deleted:
 				pending[o.key] = "not found"
+				delete(counts, o.key)
 			default:
+				if c, ok := replicasOf(o.object); ok {
+					counts[o.key] = c
+				}
 				if v := checker.Evaluate(o.object); v.Err != nil {
 					return Verdict{}, v.Err
 				} else if v.Ready {
