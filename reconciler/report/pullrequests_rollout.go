@@ -241,6 +241,9 @@ func rolloutSection(cd *capstanv1.ClusterDeployment) string {
 	b.WriteString("| Stage | State | Started | Took | Message |\n|---|---|---|---|---|\n")
 	for _, s := range cd.Status.Stages {
 		st := string(s.State)
+		if s.State == capstanv1.StageInProgress && s.Progress != nil {
+			st += ", " + s.Progress.String()
+		}
 		if s.Stuck {
 			st += " (stuck)"
 		}
@@ -280,6 +283,9 @@ func commitState(cd *capstanv1.ClusterDeployment) (forge.State, string) {
 		for _, s := range cd.Status.Stages {
 			if s.Name == cur {
 				desc := fmt.Sprintf("stage %s %s", s.Name, s.State)
+				if s.State == capstanv1.StageInProgress && s.Progress != nil {
+					desc += " (" + s.Progress.String() + ")"
+				}
 				if s.Message != "" {
 					desc += ": " + oneLine(s.Message)
 				}
