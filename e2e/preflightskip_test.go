@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -77,15 +80,26 @@ func TestPreflightSkipsWhatDidNotChange(t *testing.T) {
 	})
 
 	// A field Capstan applied, taken over by hand, is drift: once it is
-	// corrected, the drift watcher holds the ConfigMaps.
-	taken := object(t, c, configMapGVK, ns, "cm-11")
-	taken.Object["data"] = map[string]any{"k": "by hand"}
-	if err := c.Update(context.Background(), taken, client.FieldOwner("e2e-hand")); err != nil {
-		t.Fatal(err)
-	}
+	// corrected, the drift watcher holds the ConfigMaps. An edit made
+	// before its informer listed them goes unseen: edit again until one
+	// is corrected.
+	var edits int
+	var editedAt time.Time
 	waitFor(t, "cm-11 corrected", func() (bool, error) {
 		obj := object(t, c, configMapGVK, ns, "cm-11")
-		return eventReasons(t, c, ns, "owned")["DriftCorrected"] > 0 && obj.Object["data"].(map[string]any)["k"] == "v", nil
+		if eventReasons(t, c, ns, "owned")["DriftCorrected"] > 0 {
+			return obj.Object["data"].(map[string]any)["k"] == "v", nil
+		}
+		if time.Since(editedAt) < time.Second {
+			return false, nil
+		}
+		edits++
+		editedAt = time.Now()
+		obj.Object["data"] = map[string]any{"k": fmt.Sprintf("by hand %d", edits)}
+		if err := c.Update(context.Background(), obj, client.FieldOwner("e2e-hand")); err != nil && !apierrors.IsConflict(err) {
+			return false, err
+		}
+		return false, nil
 	})
 	// An annotation added by hand is no drift, but a write after
 	// Capstan's apply: that object is dry-run again.
