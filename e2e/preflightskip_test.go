@@ -74,7 +74,11 @@ func TestPreflightSkipsWhatDidNotChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, api := startDaemon(t, nil)
-	createDeployment(t, c, ns, "owned", ownedSpec(url, ns, gitSecret(t, c, ns), "A", "B"))
+	spec := ownedSpec(url, ns, gitSecret(t, c, ns), "A", "B")
+	// Left behind when the test ends: deleting the CRD while a later test
+	// runs would change the API groups its daemon maps kinds from.
+	spec.DeletionPolicy = capstanv1.DeletionPolicyOrphan
+	createDeployment(t, c, ns, "owned", spec)
 	waitDeployment(t, c, ns, "owned", "Ready at v1", func(cd *capstanv1.ClusterDeployment) bool {
 		return cd.Status.Revision == "main@sha1:"+rev1 && isReady(cd)
 	})
