@@ -64,6 +64,8 @@ func (r *Reconciler) preflight(ctx context.Context, a *attempt) (bool, error) {
 		// that cluster is often one an earlier stage builds.
 		Here: func(i int) bool { return i <= afterPivot && kubeConfigFor(a.cd, &a.plan.Stages[i]) == nil },
 		Keep: a.plan.DryRuns,
+		// Objects the last walk left as they are now need no dry run.
+		Unchanged: r.unchangedSinceReady(a),
 	})
 	if err != nil {
 		r.plans.drop(key)

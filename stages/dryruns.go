@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // DryRuns keeps the API server's answers to the server-side dry-run
@@ -36,6 +37,10 @@ type dryRunKey struct {
 type dryRunAnswer struct {
 	obj   *unstructured.Unstructured
 	taken time.Time
+	// live marks an answer no dry run gave: the object was known to be as
+	// Capstan's last apply of the same content left it (keepLive), so the
+	// live object, while it is that one, is the answer.
+	live bool
 }
 
 // dryRunMaxAge bounds how long an answer is trusted. The resourceVersion
@@ -63,6 +68,27 @@ func (d *DryRuns) keep(stage string, obj, answer *unstructured.Unstructured, now
 	d.answers[dryRunKey{stage: stage, object: obj}] = dryRunAnswer{obj: answer, taken: now}
 }
 
+// keepLive records that obj (an object of the plan), as stage applies it,
+// is as Capstan's last apply of the same content left it while the live
+// object has uid and resourceVersion (PreflightOptions.Unchanged): its dry
+// run would answer the live object itself, so none was sent. The apply
+// takes the live object as the answer while it is that one, and otherwise
+// goes its normal way.
+func (d *DryRuns) keepLive(stage string, obj *unstructured.Unstructured, uid types.UID, resourceVersion string, now time.Time) {
+	if d == nil || resourceVersion == "" || uid == "" {
+		return
+	}
+	known := &unstructured.Unstructured{Object: map[string]any{}}
+	known.SetUID(uid)
+	known.SetResourceVersion(resourceVersion)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.answers == nil {
+		d.answers = map[dryRunKey]dryRunAnswer{}
+	}
+	d.answers[dryRunKey{stage: stage, object: obj}] = dryRunAnswer{obj: known, taken: now, live: true}
+}
+
 // answer returns the kept answer for obj as stage applies it, when it is
 // about live, the object as the apply's look found it; nil otherwise.
 func (d *DryRuns) answer(stage string, obj, live *unstructured.Unstructured, now time.Time) *unstructured.Unstructured {
@@ -78,6 +104,9 @@ func (d *DryRuns) answer(stage string, obj, live *unstructured.Unstructured, now
 	if a.obj.GetResourceVersion() != live.GetResourceVersion() || a.obj.GetUID() != live.GetUID() {
 		return nil
 	}
+	if a.live {
+		return live
+	}
 	return a.obj
 }
 
@@ -91,10 +120,10 @@ func (d *DryRuns) Len() int {
 	return len(d.answers)
 }
 
-// changesAdmission reports whether applying obj can change how the API
+// ChangesAdmission reports whether applying obj can change how the API
 // server admits, defaults or validates other objects: a dry run sent
 // before it was applied does not tell what an apply after it does.
-func changesAdmission(obj *unstructured.Unstructured) bool {
+func ChangesAdmission(obj *unstructured.Unstructured) bool {
 	gk := obj.GroupVersionKind().GroupKind()
 	switch gk {
 	case schema.GroupKind{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"},

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
@@ -34,6 +35,15 @@ type PreflightOptions struct {
 	// Skip marks objects already known to be wrong (a ${VAR} left unset):
 	// no dry run is sent for them, since it would only repeat the problem.
 	Skip func(*unstructured.Unstructured) bool
+	// Unchanged, when set, names the objects whose dry run cannot answer
+	// anything new: their content is that of Capstan's last apply and the
+	// live object is still the one it left, with the UID and
+	// resourceVersion Unchanged returns. No dry run is sent for them; with
+	// Keep, the apply takes the live object as the answer while it is that
+	// one (DryRuns.keepLive), and goes its normal way otherwise. The caller
+	// answers false for every object once the plan changes admission (a
+	// CRD, a webhook configuration, an APIService) since that apply.
+	Unchanged func(*unstructured.Unstructured) (uid types.UID, resourceVersion string, ok bool)
 	// Here reports whether the i-th stage of the plan acts on the
 	// executor's cluster. The cluster checks (served kinds, namespaces,
 	// dry run) look only at the objects of those stages: a stage that acts
@@ -60,7 +70,7 @@ func (o PreflightOptions) fileOf(obj *unstructured.Unstructured) string {
 }
 
 // keepIn returns the names of the stages of plan before the first one
-// that applies an object changing admission (changesAdmission): the
+// that applies an object changing admission (ChangesAdmission): the
 // stages whose dry-run answers may be kept.
 func keepIn(plan *Plan) map[string]bool {
 	names := map[string]bool{}
@@ -69,7 +79,7 @@ func keepIn(plan *Plan) map[string]bool {
 			names[stage.Name] = true
 			continue
 		}
-		if slices.ContainsFunc(stage.Objects, changesAdmission) {
+		if slices.ContainsFunc(stage.Objects, ChangesAdmission) {
 			break
 		}
 		names[stage.Name] = true
@@ -415,10 +425,20 @@ func crdScope(obj *unstructured.Unstructured) (schema.GroupKind, bool, bool) {
 func (e *Executor) dryRunAll(ctx context.Context, objects []*unstructured.Unstructured, stageOf map[*unstructured.Unstructured]string,
 	owner Owner, pending definitions, opts PreflightOptions) ([]preflight.Problem, error) {
 	var check []*unstructured.Unstructured
+	now := time.Now()
 	for _, obj := range objects {
-		if opts.Skip == nil || !opts.Skip(obj) {
-			check = append(check, obj)
+		if opts.Skip != nil && opts.Skip(obj) {
+			continue
 		}
+		if opts.Unchanged != nil {
+			if uid, version, ok := opts.Unchanged(obj); ok {
+				if stage := stageOf[obj]; opts.keeps(stage) {
+					opts.Keep.keepLive(stage, obj, uid, version, now)
+				}
+				continue
+			}
+		}
+		check = append(check, obj)
 	}
 	found := make([]*preflight.Problem, len(check))
 	errs := make([]error, len(check))
