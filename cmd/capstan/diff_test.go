@@ -1,21 +1,18 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
-	"github.com/capstan-dev/capstan/internal/testenv"
 	"github.com/capstan-dev/capstan/reconciler"
 	"github.com/capstan-dev/capstan/render"
 	"github.com/capstan-dev/capstan/stages"
@@ -35,20 +32,7 @@ var plantedDiffSecrets = []string{"planted-diff-secret-v1-93b1", "planted-diff-s
 // revision in its status.
 func startShopCluster(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a control plane; not under -short")
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
-	defer cancel()
-	env, err := testenv.Start(ctx, testenv.Options{CRDDirs: []string{"../../manifests/crds"}, Progress: os.Stderr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	env, ctx := startControlPlane(t)
 	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: reconciler.Scheme()})
 	if err != nil {
 		t.Fatal(err)
