@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxcd/pkg/ssa"
 	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -83,6 +84,27 @@ func applyUnorderedWith(ctx context.Context, c client.Client, ns string, n int, 
 	return g.Wait()
 }
 
+// applyWithFlux applies the n ConfigMaps of stagedFiles into ns the way
+// Flux's kustomize-controller does: fluxcd/pkg/ssa's ApplyAllStaged (a
+// GET, a server-side dry run and, when it changes, an apply per object)
+// with limitWorkers workers. A reference beside the limit: the engine of
+// the reconciler Capstan is measured against, without its fetch, render,
+// health checks or status.
+func applyWithFlux(ctx context.Context, c client.Client, ns string, n int) error {
+	objects := make([]*unstructured.Unstructured, n)
+	for i := range n {
+		objects[i] = &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": fmt.Sprintf("cm-%04d", i), "namespace": ns},
+			"data":     map[string]any{"index": fmt.Sprint(i), "payload": unchangedPayload(i)},
+		}}
+	}
+	m := ssa.NewResourceManager(c, nil, ssa.Owner{Field: "flux-reference", Group: "bench.capstan.dev"})
+	m.SetConcurrency(limitWorkers)
+	_, err := m.ApplyAllStaged(ctx, objects, ssa.DefaultApplyOptions())
+	return err
+}
+
 // BenchmarkStagedApplyAgainstLimit measures 1,000 ConfigMaps from a git
 // repository to a Ready deployment (fetch, render, the stages in order,
 // status), in five stages and in one, each beside the limit measured in
@@ -98,7 +120,7 @@ func BenchmarkStagedApplyAgainstLimit(b *testing.B) {
 			}
 			startDaemonWith(b, nil, func(o *reconciler.Options) { o.Config = unlimited(o.Config) })
 			files, specs := stagedFiles(objects, stageCount)
-			var staged, limit time.Duration
+			var staged, limit, flux time.Duration
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				ns := newNamespace(b)
@@ -118,7 +140,7 @@ func BenchmarkStagedApplyAgainstLimit(b *testing.B) {
 					// 1,000 in the background would load the next iteration.
 					DeletionPolicy: capstanv1.DeletionPolicyOrphan,
 				}
-				limitNS := newNamespace(b)
+				limitNS, fluxNS := newNamespace(b), newNamespace(b)
 				b.StartTimer()
 
 				start := time.Now()
@@ -126,6 +148,12 @@ func BenchmarkStagedApplyAgainstLimit(b *testing.B) {
 					b.Fatal(err)
 				}
 				limit += time.Since(start)
+
+				start = time.Now()
+				if err := applyWithFlux(context.Background(), c, fluxNS, objects); err != nil {
+					b.Fatal(err)
+				}
+				flux += time.Since(start)
 
 				start = time.Now()
 				createDeployment(b, c, ns, "staged", spec)
@@ -139,6 +167,8 @@ func BenchmarkStagedApplyAgainstLimit(b *testing.B) {
 			b.ReportMetric(float64(staged.Milliseconds())/float64(b.N), "ms/ready")
 			b.ReportMetric(float64(limit.Milliseconds())/float64(b.N), "ms/limit")
 			b.ReportMetric(float64(staged)/float64(limit), "x-limit")
+			b.ReportMetric(float64(flux.Milliseconds())/float64(b.N), "ms/flux-ssa")
+			b.ReportMetric(float64(flux)/float64(limit), "flux-x-limit")
 		})
 	}
 }
