@@ -43,7 +43,10 @@ type ClusterDeploymentSpec struct {
 	Interval *metav1.Duration `json:"interval,omitempty"`
 
 	// Suspend stops reconciling this deployment; nothing is fetched or applied.
+	// Defaults to false (the API server fills it in, so that kubectl's
+	// Suspended column says false rather than <none>).
 	// +optional
+	// +kubebuilder:default=false
 	Suspend bool `json:"suspend,omitempty"`
 
 	// DependsOn lists ClusterDeployments that must be Ready (at their
