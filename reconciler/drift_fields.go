@@ -80,10 +80,11 @@ func fieldsDrift(oldObj, newObj any) string {
 // write from o to n added or changed (the newest when several did), or ""
 // when none did: the writer owns no field any more.
 func writerOf(o, n *metav1.PartialObjectMetadata) string {
-	was := map[string]*metav1.ManagedFieldsEntry{}
+	type entryKey struct{ manager, operation, subresource string }
+	was := map[entryKey]*metav1.ManagedFieldsEntry{}
 	for i := range o.ManagedFields {
 		mf := &o.ManagedFields[i]
-		was[string(mf.Operation)+"/"+mf.Manager] = mf
+		was[entryKey{mf.Manager, string(mf.Operation), mf.Subresource}] = mf
 	}
 	var who string
 	var when *metav1.Time
@@ -92,7 +93,7 @@ func writerOf(o, n *metav1.PartialObjectMetadata) string {
 		if mf.Subresource != "" || strings.HasPrefix(mf.Manager, stages.FieldManager) {
 			continue
 		}
-		if old := was[string(mf.Operation)+"/"+mf.Manager]; old != nil && old.Subresource == "" &&
+		if old := was[entryKey{mf.Manager, string(mf.Operation), ""}]; old != nil &&
 			timeEqual(old.Time, mf.Time) && fieldsEqual(old.FieldsV1, mf.FieldsV1) {
 			continue
 		}

@@ -36,6 +36,8 @@ func TestFieldsDrift(t *testing.T) {
 		return managed(stages.FieldManager, apply, "", at, fields)
 	}
 	older := managed("before-first-apply", update, "", applied.Add(-time.Hour), `{"f:metadata":{"f:annotations":{"f:note":{}}}}`)
+	kcm := managed("kcm", update, "", applied.Add(-time.Hour), `{"f:metadata":{"f:annotations":{"f:n":{}}}}`)
+	kcmStatus := managed("kcm", update, "status", applied.Add(time.Hour), `{"f:status":{"f:phase":{}}}`)
 	for _, tc := range []struct {
 		name          string
 		before, after []metav1.ManagedFieldsEntry
@@ -49,6 +51,10 @@ func TestFieldsDrift(t *testing.T) {
 			[]metav1.ManagedFieldsEntry{older, capstan(applied, both)},
 			[]metav1.ManagedFieldsEntry{older, capstan(applied, kOnly)},
 			[]string{"(.data.x) was removed by a writer that kept no field", "no field manager is left to name"}},
+		{"a key removed while a manager with an entry for status too has one",
+			[]metav1.ManagedFieldsEntry{kcm, kcmStatus, capstan(applied, both)},
+			[]metav1.ManagedFieldsEntry{kcm, kcmStatus, capstan(applied, kOnly)},
+			[]string{"no field manager is left to name"}},
 		{"a key removed by a writer that set another",
 			[]metav1.ManagedFieldsEntry{older, capstan(applied, both)},
 			[]metav1.ManagedFieldsEntry{older, capstan(applied, kOnly), managed("kubectl-edit", update, "", later, `{"f:data":{"f:y":{}}}`)},
