@@ -224,3 +224,128 @@ func assertDriftCorrected(t *testing.T, d driftRun) {
 		t.Error("with spec.drift: report, the deleted ConfigMap was restored")
 	}
 }
+
+// waitDriftWatch waits until the daemon's drift watcher (logging to logs)
+// holds the objects of kind in the cluster Capstan runs in: from then on
+// every write to them reaches it as an event. A write made before is
+// listed as it is, with nothing to compare it to: only a deletion is
+// seen then (the object is missing).
+func waitDriftWatch(t testing.TB, logs *logBuffer, kind string) {
+	t.Helper()
+	waitFor(t, "the drift watch of "+kind+" synced", func() (bool, error) {
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, `"drift watch synced"`) && strings.Contains(line, `"cluster"="local"`) && strings.Contains(line, `"kind"="`+kind+`"`) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// A data key Capstan applied, removed by hand by a writer left owning no
+// field (an update as kubectl-edit that only deletes the key), is drift:
+// corrected with one apply, an event saying that a field Capstan manages
+// was removed and that no field manager is left to name, and counted;
+// with spec.drift: report it is only told and counted; with ignore,
+// nothing happens.
+func TestDriftOfARemovedFieldIsCorrected(t *testing.T) {
+	c := newClient(t)
+	ns := newNamespace(t)
+	url, err := gitSrv.CreateRepo(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects := strings.Replace(cm("shrunk", "A"), "data: {k: v}", "data: {k: v, gone: v}", 1)
+	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, ownedRepo(objects), "v1"); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	logs := &logBuffer{}
+	_, api := startDaemonWith(t, nil, func(o *reconciler.Options) { o.MetricsRegistry, o.Logger = reg, logs.logger() })
+	createDeployment(t, c, ns, "owned", ownedSpec(url, ns, gitSecret(t, c, ns), "A"))
+	waitDeployment(t, c, ns, "owned", "Ready", isReady)
+	waitDriftWatch(t, logs, "ConfigMap")
+
+	removeKey := func() {
+		t.Helper()
+		live := &corev1.ConfigMap{}
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "shrunk"}, live); err != nil {
+			t.Fatal(err)
+		}
+		delete(live.Data, "gone")
+		if err := c.Update(context.Background(), live, client.FieldOwner("kubectl-edit")); err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range live.ManagedFields {
+			if mf.Manager == "kubectl-edit" {
+				t.Fatalf("the API server kept an entry for the writer (%s): the case under test is the one where none is left", mf.FieldsV1)
+			}
+		}
+	}
+	gone := func() any {
+		return object(t, c, configMapGVK, ns, "shrunk").Object["data"].(map[string]any)["gone"]
+	}
+
+	applies := appliesTo(api, ns, "configmaps", "shrunk")
+	removeKey()
+	waitFor(t, "the removed key restored", func() (bool, error) { return gone() == "v", nil })
+	if n := appliesTo(api, ns, "configmaps", "shrunk") - applies; n != 1 {
+		t.Errorf("the ConfigMap was applied %d times to restore its key, want 1", n)
+	}
+	waitFor(t, "a DriftCorrected event", func() (bool, error) { return eventReasons(t, c, ns, "owned")["DriftCorrected"] > 0, nil })
+	want := "ConfigMap/" + ns + "/shrunk was changed: a field Capstan manages (.data.gone) was removed by a writer that kept no field of the object, so no field manager is left to name; applied it again"
+	if msg := eventMessages(t, c, ns, "owned", "DriftCorrected"); msg != want {
+		t.Errorf("DriftCorrected event %q, want %q", msg, want)
+	}
+	if n := driftCount(t, reg, ns, "owned", "corrected"); n != 1 {
+		t.Errorf("capstan_drift_corrections_total{action=corrected} = %v, want 1", n)
+	}
+
+	// report: told and counted, the key stays removed.
+	setDrift(t, c, ns, capstanv1.DriftReport)
+	removeKey()
+	waitFor(t, "a DriftDetected event", func() (bool, error) { return eventReasons(t, c, ns, "owned")["DriftDetected"] > 0, nil })
+	if msg := eventMessages(t, c, ns, "owned", "DriftDetected"); !strings.Contains(msg, "(.data.gone) was removed by a writer that kept no field") || !strings.Contains(msg, "spec.drift is report") {
+		t.Errorf("DriftDetected event %q does not say that .data.gone was removed and stays so", msg)
+	}
+	if n := driftCount(t, reg, ns, "owned", "reported"); n != 1 {
+		t.Errorf("capstan_drift_corrections_total{action=reported} = %v, want 1", n)
+	}
+	if got := gone(); got != nil {
+		t.Errorf("with spec.drift: report, the removed key came back (%v)", got)
+	}
+
+	// ignore: the new generation applies the key again; removed after
+	// that, nothing notices.
+	setDrift(t, c, ns, capstanv1.DriftIgnore)
+	waitFor(t, "the key applied at the new generation", func() (bool, error) { return gone() == "v", nil })
+	applies, events := appliesTo(api, ns, "configmaps", "shrunk"), eventReasons(t, c, ns, "owned")
+	removeKey()
+	infoRefs := "/" + ns + ".git/info/refs"
+	polls := gitSrv.RequestsTo(infoRefs)
+	waitFor(t, "three more polls of the remote", func() (bool, error) { return gitSrv.RequestsTo(infoRefs) >= polls+3, nil })
+	if n := appliesTo(api, ns, "configmaps", "shrunk") - applies; n != 0 || gone() != nil {
+		t.Errorf("with spec.drift: ignore, %d applies and key %v after it was removed, want none and nil", n, gone())
+	}
+	after := eventReasons(t, c, ns, "owned")
+	if after["DriftCorrected"] != events["DriftCorrected"] || after["DriftDetected"] != events["DriftDetected"] {
+		t.Errorf("with spec.drift: ignore, drift events went from %v to %v", events, after)
+	}
+	if n := driftCount(t, reg, ns, "owned", "corrected") + driftCount(t, reg, ns, "owned", "reported"); n != 2 {
+		t.Errorf("capstan_drift_corrections_total = %v in all, want 2 (none under ignore)", n)
+	}
+}
+
+// setDrift sets spec.drift of deployment "owned" and waits until it is
+// Ready at that generation.
+func setDrift(t testing.TB, c client.Client, ns string, drift capstanv1.DriftPolicy) {
+	t.Helper()
+	cd := getDeployment(t, c, ns, "owned")
+	cd.Spec.Drift = drift
+	if err := c.Update(context.Background(), cd); err != nil {
+		t.Fatal(err)
+	}
+	waitDeployment(t, c, ns, "owned", "Ready with spec.drift: "+string(drift), func(cd *capstanv1.ClusterDeployment) bool {
+		return cd.Status.ObservedGeneration == cd.Generation && isReady(cd)
+	})
+}

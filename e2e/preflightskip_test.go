@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
-
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/internal/gitserver"
+	"github.com/capstan-dev/capstan/reconciler"
 )
 
 // gadgetCRD is a CustomResourceDefinition of stage B, its schema
@@ -73,7 +71,8 @@ func TestPreflightSkipsWhatDidNotChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, api := startDaemon(t, nil)
+	logs := &logBuffer{}
+	_, api := startDaemonWith(t, nil, func(o *reconciler.Options) { o.Logger = logs.logger() })
 	spec := ownedSpec(url, ns, gitSecret(t, c, ns), "A", "B")
 	// Left behind when the test ends: deleting the CRD while a later test
 	// runs would change the API groups its daemon maps kinds from.
@@ -84,26 +83,19 @@ func TestPreflightSkipsWhatDidNotChange(t *testing.T) {
 	})
 
 	// A field Capstan applied, taken over by hand, is drift: once it is
-	// corrected, the drift watcher holds the ConfigMaps. An edit made
-	// before its informer listed them goes unseen: edit again until one
-	// is corrected.
-	var edits int
-	var editedAt time.Time
+	// corrected, the drift watcher holds the ConfigMaps as they are. The
+	// edit waits for the watch: one made before it is listed as it is,
+	// with Capstan's entry already without data.k, and editing again
+	// would not help, since Capstan no longer owns the field.
+	waitDriftWatch(t, logs, "ConfigMap")
+	hand := object(t, c, configMapGVK, ns, "cm-11")
+	hand.Object["data"] = map[string]any{"k": "by hand"}
+	if err := c.Update(context.Background(), hand, client.FieldOwner("e2e-hand")); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, "cm-11 corrected", func() (bool, error) {
 		obj := object(t, c, configMapGVK, ns, "cm-11")
-		if eventReasons(t, c, ns, "owned")["DriftCorrected"] > 0 {
-			return obj.Object["data"].(map[string]any)["k"] == "v", nil
-		}
-		if time.Since(editedAt) < time.Second {
-			return false, nil
-		}
-		edits++
-		editedAt = time.Now()
-		obj.Object["data"] = map[string]any{"k": fmt.Sprintf("by hand %d", edits)}
-		if err := c.Update(context.Background(), obj, client.FieldOwner("e2e-hand")); err != nil && !apierrors.IsConflict(err) {
-			return false, err
-		}
-		return false, nil
+		return eventReasons(t, c, ns, "owned")["DriftCorrected"] > 0 && obj.Object["data"].(map[string]any)["k"] == "v", nil
 	})
 	// An annotation added by hand is no drift, but a write after
 	// Capstan's apply: that object is dry-run again.

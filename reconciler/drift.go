@@ -1,11 +1,9 @@
 package reconciler
 
 import (
-	"bytes"
 	"context"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/fluxcd/cli-utils/pkg/object"
@@ -27,10 +25,11 @@ import (
 // Capstan runs in and in the clusters their stages reach through
 // kubeconfig Secrets: per cluster, one metadata informer per kind, shared
 // by every deployment that applied objects of that kind there, limited to
-// objects with Capstan's owner label (clusterWatch). An object deleted, or
+// objects with Capstan's owner label (clusterWatch). An object deleted,
 // one whose fields applied by Capstan another field manager took over
-// (kubectl edit, a foreign apply), is drift: it is noted for its
-// deployment, which is woken up to correct it (correctDrift).
+// (kubectl edit, a foreign apply), or one stripped of such a field (a key
+// deleted by hand; fieldsDrift) is drift: it is noted for its deployment,
+// which is woken up to correct it (correctDrift).
 //
 // A remote cluster is the content of a kubeconfig: deployments whose
 // Secrets hold the same kubeconfig share its watches, which stop when no
@@ -387,64 +386,4 @@ func (w *driftWatcher) mark(cw *clusterWatch, key types.NamespacedName, keys []d
 		// The controller is busy: wake it without holding up the informer.
 		go func() { w.wake <- event.GenericEvent{Object: cd} }()
 	}
-}
-
-// tookOver returns the field manager that took fields Capstan applied
-// away from it between oldObj and newObj, or "". Fields change hands when
-// another manager updates them (kubectl edit, a patch) or applies them
-// with force: Capstan's managed-fields entry changes while its time stays,
-// since Capstan did not write. (Capstan's own apply updates the time; two
-// applies within one second look like drift and cost one more apply.)
-// Capstan's other managers (capstan-scale, capstan-rollout) taking fields
-// is the plan at work, not drift.
-func tookOver(oldObj, newObj any) string {
-	o, ok1 := oldObj.(*metav1.PartialObjectMetadata)
-	n, ok2 := newObj.(*metav1.PartialObjectMetadata)
-	if !ok1 || !ok2 || o.ResourceVersion == n.ResourceVersion {
-		return ""
-	}
-	before, after := appliedEntry(o), appliedEntry(n)
-	switch {
-	case before == nil:
-		return ""
-	case after != nil && fieldsEqual(before.FieldsV1, after.FieldsV1):
-		return ""
-	case after != nil && !timeEqual(before.Time, after.Time):
-		return "" // Capstan applied
-	}
-	// Who wrote last, of the managers that are not Capstan's.
-	var who string
-	var when *metav1.Time
-	for _, mf := range n.ManagedFields {
-		if mf.Subresource != "" || strings.HasPrefix(mf.Manager, stages.FieldManager) {
-			continue
-		}
-		if who == "" || (mf.Time != nil && (when == nil || when.Before(mf.Time))) {
-			who, when = mf.Manager, mf.Time
-		}
-	}
-	return who
-}
-
-func fieldsEqual(a, b *metav1.FieldsV1) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return bytes.Equal(a.Raw, b.Raw)
-}
-
-func timeEqual(a, b *metav1.Time) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a.Equal(b)
-}
-
-func appliedEntry(obj *metav1.PartialObjectMetadata) *metav1.ManagedFieldsEntry {
-	for i, mf := range obj.ManagedFields {
-		if mf.Manager == stages.FieldManager && mf.Operation == metav1.ManagedFieldsOperationApply && mf.Subresource == "" {
-			return &obj.ManagedFields[i]
-		}
-	}
-	return nil
 }

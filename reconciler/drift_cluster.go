@@ -64,7 +64,7 @@ func watchConnTo(c stages.Cluster) (watchConn, error) {
 // driftSink is told what the watches of one cluster see.
 type driftSink interface {
 	// changed says that obj, of kind gk in cw's cluster, was deleted or
-	// taken over (what).
+	// taken over or stripped of fields Capstan manages (what).
 	changed(cw *clusterWatch, gk schema.GroupKind, obj any, what string)
 	// synced says that cw holds every object of kind gk: those of the
 	// deployments it is watched for that are absent (by store key) went
@@ -134,6 +134,10 @@ func (kw *kindWatch) storeOf() (cache.Store, bool) {
 	}
 }
 
+// driftWatchSynced is logged (at V(1)) once the informer of a kind holds
+// its objects.
+const driftWatchSynced = "drift watch synced"
+
 // mapRetryMax caps the wait between attempts at mapping a kind of a
 // cluster that cannot be reached.
 const mapRetryMax = unreachableRetryMax
@@ -163,8 +167,8 @@ func (cw *clusterWatch) run(gk schema.GroupKind, version string, kw *kindWatch) 
 			}
 		},
 		UpdateFunc: func(oldObj, newObj any) {
-			if who := tookOver(oldObj, newObj); who != "" {
-				cw.sink.changed(cw, gk, newObj, "changed by "+who)
+			if what := fieldsDrift(oldObj, newObj); what != "" {
+				cw.sink.changed(cw, gk, newObj, what)
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -195,6 +199,9 @@ func (cw *clusterWatch) run(gk schema.GroupKind, version string, kw *kindWatch) 
 	store := inf.GetStore()
 	kw.store = store
 	close(kw.synced)
+	// From here on every write to the kind reaches the handler; one made
+	// before was listed as it is, with nothing to compare it to.
+	logger.V(1).Info(driftWatchSynced)
 	cw.sink.synced(cw, gk, func(key string) bool {
 		_, exists, _ := store.GetByKey(key)
 		return !exists && !listed[key]

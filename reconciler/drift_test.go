@@ -13,8 +13,10 @@ import (
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -385,5 +387,62 @@ func TestDriftWatchOfUnreachableClusterDoesNotHoldUpTheOthers(t *testing.T) {
 	f.deleteConfigMap(t, "remote")
 	if got := f.drifted(t, "d"); got[driftKey{ref: f.ref("down"), id: remote}] != "deleted" {
 		t.Fatalf("drift = %v, want the remote ConfigMap deleted", got)
+	}
+}
+
+// A data key Capstan applied, removed by an update whose writer is left
+// owning no field (kubectl edit deleting the key), is drift: the watcher
+// notes it, saying that no field manager is left to name, and the
+// preflight's skip, which would find the object as Capstan's apply left
+// it (no write by another manager after it), gets nothing to trust.
+func TestDriftNotesAFieldRemovedByHand(t *testing.T) {
+	f := newDriftFixture(t)
+	ctx := t.Context()
+	apply := corev1ac.ConfigMap("shrunk", f.ns).
+		WithLabels(map[string]string{stages.OwnerNameLabel: "d", stages.OwnerNamespaceLabel: f.ns, stages.StageKey: "A"}).
+		WithData(map[string]string{"k": "v", "x": "y"})
+	if _, err := f.cs.CoreV1().ConfigMaps(f.ns).Apply(ctx, apply, metav1.ApplyOptions{FieldManager: stages.FieldManager, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	id := f.ns + "_shrunk__ConfigMap"
+	key := nn(f.ns, "d")
+	f.w.track(f.deployment("d", map[string][]string{"": {id}}))
+	waitConfigMapsSynced(t, f.w.home)
+	if f.w.undrifted(key, id) == nil {
+		t.Fatal("the watcher does not hold the ConfigMap as applied")
+	}
+
+	cm, err := f.cs.CoreV1().ConfigMaps(f.ns).Get(ctx, "shrunk", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(cm.Data, "x")
+	if _, err := f.cs.CoreV1().ConfigMaps(f.ns).Update(ctx, cm, metav1.UpdateOptions{FieldManager: "kubectl-edit"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "drift noted for d", func() bool { return f.w.has(key) })
+	if live := f.w.undrifted(key, id); live != nil {
+		t.Errorf("the preflight's skip is offered the shrunk ConfigMap (resourceVersion %s)", live.ResourceVersion)
+	}
+	meta, err := f.w.local.meta.Resource(corev1.SchemeGroupVersion.WithResource("configmaps")).Namespace(f.ns).Get(ctx, "shrunk", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range meta.ManagedFields {
+		if mf.Manager == "kubectl-edit" {
+			t.Fatalf("the API server kept an entry for the writer: %+v; the case under test is the one where none is left", mf)
+		}
+	}
+	desired := &unstructured.Unstructured{}
+	desired.SetLabels(map[string]string{stages.StageKey: "A"})
+	if !leftByCapstan(meta, desired, stages.Owner{Name: "d", Namespace: f.ns}, "A") {
+		t.Error("leftByCapstan rejects the shrunk ConfigMap: this test no longer shows that only the drift note keeps the skip away")
+	}
+	got := f.w.take(key)
+	what := got[driftKey{ref: localRef, id: id}]
+	for _, want := range []string{"a field Capstan manages (.data.x) was removed", "no field manager is left to name"} {
+		if !strings.Contains(what, want) {
+			t.Errorf("drift of the ConfigMap = %q, want it to say %q", what, want)
+		}
 	}
 }
