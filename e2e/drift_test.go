@@ -349,3 +349,68 @@ func setDrift(t testing.TB, c client.Client, ns string, drift capstanv1.DriftPol
 		return cd.Status.ObservedGeneration == cd.Generation && isReady(cd)
 	})
 }
+
+// An object of an early stage edited while a later stage still waits is
+// drift too: the drift watch follows the walk stage by stage, so the
+// removal is seen when it happens and corrected, with one apply, once the
+// deployment is Ready. Watched only from Ready on, the object would be
+// listed already edited, and nothing would change it back.
+func TestDriftWhileALaterStageWaitsIsCorrectedAtReady(t *testing.T) {
+	c := newClient(t)
+	ns := newNamespace(t)
+	url, err := gitSrv.CreateRepo(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects := strings.Replace(cm("early", "A"), "data: {k: v}", "data: {k: v, gone: v}", 1) + cm("gate", "B")
+	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, ownedRepo(objects), "v1"); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	logs := &logBuffer{}
+	_, api := startDaemonWith(t, nil, func(o *reconciler.Options) { o.MetricsRegistry, o.Logger = reg, logs.logger() })
+	spec := ownedSpec(url, ns, gitSecret(t, c, ns), "A", "B")
+	spec.Stages[1].ReadyWhen = []capstanv1.ReadinessCheck{{Kind: "ConfigMap", CEL: "has(object.data.open)", Message: "waiting for the gate"}}
+	createDeployment(t, c, ns, "owned", spec)
+	waitDeployment(t, c, ns, "owned", "stage B waiting for the gate", func(cd *capstanv1.ClusterDeployment) bool {
+		return stage(cd, "B").State == capstanv1.StageInProgress && strings.Contains(stage(cd, "B").Message, "waiting for the gate")
+	})
+	waitDriftWatch(t, logs, "ConfigMap")
+
+	applies := appliesTo(api, ns, "configmaps", "early")
+	live := &corev1.ConfigMap{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "early"}, live); err != nil {
+		t.Fatal(err)
+	}
+	delete(live.Data, "gone")
+	if err := c.Update(context.Background(), live, client.FieldOwner("kubectl-edit")); err != nil {
+		t.Fatal(err)
+	}
+	// Stage B is not Ready: nothing is corrected before the walk is done.
+	if cd := getDeployment(t, c, ns, "owned"); isReady(cd) {
+		t.Fatalf("the deployment is Ready before the gate opened: %s", describe(cd))
+	}
+
+	gate := &corev1.ConfigMap{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "gate"}, gate); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(gate.DeepCopy())
+	gate.Data["open"] = "yes"
+	if err := c.Patch(context.Background(), gate, patch, client.FieldOwner("gatekeeper")); err != nil {
+		t.Fatal(err)
+	}
+	waitDeployment(t, c, ns, "owned", "Ready", isReady)
+	waitFor(t, "the key removed while stage B waited restored", func() (bool, error) {
+		return object(t, c, configMapGVK, ns, "early").Object["data"].(map[string]any)["gone"] == "v", nil
+	})
+	if n := appliesTo(api, ns, "configmaps", "early") - applies; n != 1 {
+		t.Errorf("the ConfigMap was applied %d times after the edit, want 1 (the correction)", n)
+	}
+	if msg := eventMessages(t, c, ns, "owned", "DriftCorrected"); !strings.Contains(msg, "ConfigMap/"+ns+"/early") || !strings.Contains(msg, "(.data.gone) was removed") {
+		t.Errorf("DriftCorrected event %q does not say that .data.gone of early was removed", msg)
+	}
+	if n := driftCount(t, reg, ns, "owned", "corrected"); n != 1 {
+		t.Errorf("capstan_drift_corrections_total{action=corrected} = %v, want 1", n)
+	}
+}

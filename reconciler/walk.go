@@ -32,6 +32,13 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 			return err
 		}
 		written = cd.DeepCopy()
+		// Watch what the walk applied so far, as status records it: an
+		// object of an earlier stage edited while a later one waits (for
+		// minutes, with machines) is noted then, and corrected once the
+		// deployment is Ready (correctFromPlan). Started only at Ready,
+		// the watch would list the edited object as it is and see no
+		// change. An unchanged inventory costs nothing here.
+		r.drift.track(cd)
 		return nil
 	}
 	r.resetStagesIfNew(cd, a)
