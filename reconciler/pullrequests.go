@@ -5,12 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/reconciler/report"
+	"github.com/capstan-dev/capstan/reconciler/report/forge"
 	"github.com/capstan-dev/capstan/render"
 	"github.com/capstan-dev/capstan/sources/git"
 	"github.com/capstan-dev/capstan/stages"
@@ -24,8 +29,19 @@ const pullRequestShard = "capstan.dev/pull-requests"
 // addPullRequests builds the runnable that keeps the plan comments on pull
 // requests and follows merged revisions (docs/pull-requests.md), and hands
 // it the statuses the reconciler writes, beside the status commits.
-func addPullRequests(opts Options, mgr manager.Manager, r *Reconciler, shard *sharding) error {
-	po := report.PullRequestOptions{Root: reportRoot(opts), Interval: opts.Report.Interval}
+func addPullRequests(opts Options, mgr manager.Manager, reg prometheus.Registerer, r *Reconciler, shard *sharding) error {
+	po := report.PullRequestOptions{
+		Root: reportRoot(opts), Interval: opts.Report.Interval, Registerer: reg,
+		// Not the sharded recorder: the owner of a repository's pull
+		// requests tells every deployment of it, whoever reconciles them.
+		Events: mgr.GetEventRecorder("capstan"),
+	}
+	if t := opts.Report.ForgeTransport; t != nil {
+		po.NewForge = func(cfg forge.Config) (forge.Forge, error) {
+			cfg.HTTPClient = &http.Client{Transport: t, Timeout: 30 * time.Second}
+			return forge.New(cfg)
+		}
+	}
 	if shard != nil {
 		// Every replica runs a watcher; the owner of a group's key
 		// handles it, so that each comment has one writer. It reads every
@@ -39,7 +55,10 @@ func addPullRequests(opts Options, mgr manager.Manager, r *Reconciler, shard *sh
 	if root := po.Root; root != nil {
 		planner.rootURL, planner.rootAuth = root.URL, root.Auth
 	}
-	w := report.NewPullRequests(po, mgr.GetClient(), planner)
+	w, err := report.NewPullRequests(po, mgr.GetClient(), planner)
+	if err != nil {
+		return fmt.Errorf("pull request comments: %w", err)
+	}
 	if err := mgr.Add(shard.everyReplica(w)); err != nil {
 		return fmt.Errorf("add pull request comments: %w", err)
 	}
