@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -70,6 +71,9 @@ type PullRequestOptions struct {
 	// Registerer receives capstan_pullrequest_report_failures_total; nil
 	// means no metrics.
 	Registerer prometheus.Registerer
+	// Logger receives the watcher's logs; unset means the one of the
+	// context Start is given.
+	Logger logr.Logger
 	// Now returns the current time (tests).
 	Now func() time.Time
 }
@@ -157,7 +161,11 @@ func (w *PullRequests) Notify(cd *capstanv1.ClusterDeployment) {
 
 // Start watches until ctx ends.
 func (w *PullRequests) Start(ctx context.Context) error {
-	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithName("pull-requests"))
+	logger := w.opts.Logger
+	if logger.GetSink() == nil {
+		logger = log.FromContext(ctx)
+	}
+	ctx = log.IntoContext(ctx, logger.WithName("pull-requests"))
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
