@@ -167,6 +167,7 @@ func TestShardingPullRequestCommentsHaveOneWriter(t *testing.T) {
 	}
 
 	audit := &shardAudit{ns: ns}
+	views := newViewMonitor(t)
 	forges := &forgeAudit{}
 	daemons := map[string]*reconciler.Daemon{}
 	logs := map[string]*logBuffer{}
@@ -181,6 +182,7 @@ func TestShardingPullRequestCommentsHaveOneWriter(t *testing.T) {
 			o.Report.ForgeTransport = forges.transport(id)
 			o.Logger = logs[id].logger()
 		})
+		views.set(id, daemons[id])
 	}
 	see := func(ids, want []string) func() (bool, error) {
 		return func() (bool, error) {
@@ -261,12 +263,21 @@ func TestShardingPullRequestCommentsHaveOneWriter(t *testing.T) {
 		}
 		return true, nil
 	})
+	// A replica starved of CPU for a lease duration is rightly taken for
+	// dead and its groups move: then only the count of comments holds.
+	flaps := views.changed(began, time.Now(), all, all...)
+	if flaps != "" {
+		t.Logf("membership changed without the test changing it:%s checking only that each pull request has one comment", flaps)
+	}
 	for _, r := range repos {
 		writes := count(forges.of(r.repo.String(), began, true))
-		if !only(writes, r.owner+" POST") || writes[r.owner+" POST"] != 1 {
+		if flaps == "" && (!only(writes, r.owner+" POST") || writes[r.owner+" POST"] != 1) {
 			t.Errorf("%s: comment writes %v, want one POST by its owner %s and nothing else", r.repo, writes, r.owner)
 		}
-		if who := count(forges.of(r.repo.String(), time.Time{}, false)); len(replicasIn(who)) != 1 || replicasIn(who)[0] != r.owner {
+		if posts(writes) != 1 {
+			t.Errorf("%s: comment writes %v, want one POST in all", r.repo, writes)
+		}
+		if who := count(forges.of(r.repo.String(), time.Time{}, false)); flaps == "" && (len(replicasIn(who)) != 1 || replicasIn(who)[0] != r.owner) {
 			t.Errorf("%s: forge requests by %v, want its owner %s only", r.repo, who, r.owner)
 		}
 	}
@@ -320,6 +331,17 @@ func TestShardingPullRequestCommentsHaveOneWriter(t *testing.T) {
 			}
 		}
 	}
+}
+
+// posts counts the POSTs of a count, whoever sent them.
+func posts(counts map[string]int) int {
+	n := 0
+	for k, v := range counts {
+		if strings.HasSuffix(k, " "+http.MethodPost) {
+			n += v
+		}
+	}
+	return n
 }
 
 // only reports whether got holds want and nothing else.
