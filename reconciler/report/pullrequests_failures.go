@@ -35,6 +35,12 @@ const (
 	opToken   = "read the forge token"
 )
 
+// opActions name the operations in the action of events, machine-readable.
+var opActions = map[string]string{
+	opList: "ListPullRequests", opComment: "WriteComment", opStatus: "SetCommitStatus",
+	opLookup: "FindPullRequest", opToken: "ReadToken",
+}
+
 // Reasons of capstan_pullrequest_report_failures_total.
 const (
 	failUnauthorized = "unauthorized"
@@ -99,7 +105,7 @@ func (w *PullRequests) outcome(ctx context.Context, g *group, st *groupState, op
 		if was := st.failing[op]; was != "" {
 			delete(st.failing, op)
 			logger.Info("pull requests: the forge works again", "operation", op, "failedWith", was)
-			w.event(st, cds, corev1.EventTypeNormal, ReasonPullRequestReportRecovered,
+			w.event(st, cds, corev1.EventTypeNormal, ReasonPullRequestReportRecovered, opActions[op],
 				"%s %s on %s works again (it failed with %s)", g.cfg.Provider, op, g.repo, was)
 		}
 		return nil
@@ -120,19 +126,29 @@ func (w *PullRequests) outcome(ctx context.Context, g *group, st *groupState, op
 	st.failing[op] = reason
 	logger.Error(errors.New(st.redact(err.Error())), "pull requests: the forge failed; trying again at the next interval, quiet until it works again or fails otherwise",
 		"operation", op, "reason", reason, "metric", metrics.PullRequestReportFailures)
-	w.event(st, cds, corev1.EventTypeWarning, ReasonPullRequestReportFailed,
+	// The failure's reason is in the action too: the event recorder
+	// folds events that differ only in their note into the first one.
+	w.event(st, cds, corev1.EventTypeWarning, ReasonPullRequestReportFailed, opActions[op]+"/"+reason,
 		"%s could not %s on %s (%s): %s; counted in %s, see docs/troubleshooting.md",
 		g.cfg.Provider, op, g.repo, reason, err.Error(), metrics.PullRequestReportFailures)
 	return &reportedError{err}
 }
 
+// maxEventNote is the longest note events.k8s.io/v1 takes.
+const maxEventNote = 1024
+
 // event tells every deployment of cds, with the token scrubbed.
-func (w *PullRequests) event(st *groupState, cds []*capstanv1.ClusterDeployment, typ, reason, format string, args ...any) {
+func (w *PullRequests) event(st *groupState, cds []*capstanv1.ClusterDeployment, typ, reason, action, format string, args ...any) {
 	if w.opts.Events == nil {
 		return
 	}
+	note := st.redact(fmt.Sprintf(format, args...))
+	if len(note) > maxEventNote {
+		// The API server refuses a longer note, and the event with it.
+		note = strings.ToValidUTF8(note[:maxEventNote-3], "") + "..."
+	}
 	for _, cd := range cds {
-		w.opts.Events.Eventf(cd, nil, typ, reason, "PullRequestReport", "%s", st.redact(fmt.Sprintf(format, args...)))
+		w.opts.Events.Eventf(cd, nil, typ, reason, action, "%s", note)
 	}
 }
 
