@@ -11,7 +11,7 @@ import (
 // The reason label of a failed forge request says what to do about it:
 // the token (unauthorized, forbidden), the repository (not_found), or
 // wait (rate_limited, server_error, unreachable).
-func TestFailureReason(t *testing.T) {
+func TestPullRequestFailureReason(t *testing.T) {
 	forgeErr := func(status int, msg string) error {
 		return fmt.Errorf("pull request 7: %w", &forge.Error{Forge: forge.ProviderGitHub, Op: "comment", Repository: "acme/infra",
 			StatusCode: status, Err: errors.New(msg)})
@@ -44,7 +44,7 @@ func TestFailureReason(t *testing.T) {
 
 // A failure reported once is not logged again by the caller, even joined
 // with others that were not.
-func TestUnreported(t *testing.T) {
+func TestPullRequestUnreported(t *testing.T) {
 	plan := errors.New("plan: render failed")
 	reported := fmt.Errorf("pull request 7: %w", &reportedError{errors.New("gitea: HTTP 500")})
 	if got := unreported(errors.Join(plan, reported)); got == nil || got.Error() != plan.Error() {
