@@ -266,7 +266,7 @@ func New(opts Options) (*Daemon, error) {
 	if err := addReporter(opts, mgr, reg, r, shard); err != nil {
 		return nil, fmt.Errorf("new daemon: %w", err)
 	}
-	if err := addPullRequests(opts, mgr, r, shard); err != nil {
+	if err := addPullRequests(opts, mgr, reg, r, shard); err != nil {
 		return nil, fmt.Errorf("new daemon: %w", err)
 	}
 	d := &Daemon{manager: mgr, reconciler: r, stop: make(chan struct{}), done: make(chan struct{}), identity: id, shard: shard, logger: opts.Logger}

@@ -5,12 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/reconciler/report"
+	"github.com/capstan-dev/capstan/reconciler/report/forge"
 	"github.com/capstan-dev/capstan/render"
 	"github.com/capstan-dev/capstan/sources/git"
 	"github.com/capstan-dev/capstan/stages"
@@ -21,25 +27,55 @@ import (
 // branch: the owner of that key, as for a deployment of that name.
 const pullRequestShard = "capstan.dev/pull-requests"
 
+// PullRequestOwner returns the replica of replicas that handles the pull
+// requests of group (report.PullRequestGroup) when sharding.
+func PullRequestOwner(group string, replicas []string) string {
+	return ShardOwner(pullRequestShard, group, replicas)
+}
+
+// ownsPullRequests reports whether this replica handles the pull
+// requests of group now. As with a deployment's claim, it writes only
+// while its own membership Lease was renewed less than half a duration
+// ago by its clock: a replica cut off from the API server stops
+// commenting before the others take its groups over.
+func (s *sharding) ownsPullRequests(group string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ownsLocked(types.NamespacedName{Namespace: pullRequestShard, Name: group}) &&
+		s.now().Sub(s.renewed) < s.opts.LeaseDuration/2
+}
+
 // addPullRequests builds the runnable that keeps the plan comments on pull
 // requests and follows merged revisions (docs/pull-requests.md), and hands
 // it the statuses the reconciler writes, beside the status commits.
-func addPullRequests(opts Options, mgr manager.Manager, r *Reconciler, shard *sharding) error {
-	po := report.PullRequestOptions{Root: reportRoot(opts), Interval: opts.Report.Interval}
+func addPullRequests(opts Options, mgr manager.Manager, reg prometheus.Registerer, r *Reconciler, shard *sharding) error {
+	po := report.PullRequestOptions{
+		Root: reportRoot(opts), Interval: opts.Report.Interval, Registerer: reg, Logger: mgr.GetLogger(),
+		// Not the sharded recorder: the owner of a repository's pull
+		// requests tells every deployment of it, whoever reconciles them.
+		Events: mgr.GetEventRecorder("capstan"),
+	}
+	if t := opts.Report.ForgeTransport; t != nil {
+		po.NewForge = func(cfg forge.Config) (forge.Forge, error) {
+			cfg.HTTPClient = &http.Client{Transport: t, Timeout: 30 * time.Second}
+			return forge.New(cfg)
+		}
+	}
 	if shard != nil {
 		// Every replica runs a watcher; the owner of a group's key
 		// handles it, so that each comment has one writer. It reads every
 		// member of the group, whichever replica reconciles it: the plans
 		// are dry runs, the rollouts come from the statuses in the cache.
-		po.Owns = func(group string) bool {
-			return shard.owns(types.NamespacedName{Namespace: pullRequestShard, Name: group})
-		}
+		po.Owns = shard.ownsPullRequests
 	}
 	planner := &prPlanner{r: r}
 	if root := po.Root; root != nil {
 		planner.rootURL, planner.rootAuth = root.URL, root.Auth
 	}
-	w := report.NewPullRequests(po, mgr.GetClient(), planner)
+	w, err := report.NewPullRequests(po, mgr.GetClient(), planner)
+	if err != nil {
+		return fmt.Errorf("pull request comments: %w", err)
+	}
 	if err := mgr.Add(shard.everyReplica(w)); err != nil {
 		return fmt.Errorf("add pull request comments: %w", err)
 	}
@@ -120,8 +156,30 @@ func (p *prPlanner) PlanHead(ctx context.Context, cd *capstanv1.ClusterDeploymen
 	if err != nil {
 		return res, fmt.Errorf("dry run against the cluster: %w", err)
 	}
+	if d.Counts().Problems > 0 {
+		// A dry run that could not reach the cluster names every object
+		// a problem, and the comment would blame the pull request for
+		// it: its problems are believed only if the cluster answers now.
+		if err := p.reachable(ctx, cd, exec); err != nil {
+			return res, fmt.Errorf("dry run against the cluster found problems, but the cluster does not answer now, so they may be its own; planning again at the next interval: %w", err)
+		}
+	}
 	res.Diff = d
 	return res, nil
+}
+
+// reachable returns an error when the cluster of exec, or the API server
+// Capstan runs on, does not answer now.
+func (p *prPlanner) reachable(ctx context.Context, cd *capstanv1.ClusterDeployment, exec *stages.Executor) error {
+	if c := exec.Cluster(); c != nil {
+		if err := c.CheckAvailable(ctx); err != nil {
+			return fmt.Errorf("cluster %s: %w", c.Name(), err)
+		}
+	}
+	if err := p.r.clusters.reader.Get(ctx, client.ObjectKeyFromObject(cd), &capstanv1.ClusterDeployment{}); err != nil {
+		return fmt.Errorf("read ClusterDeployment %s/%s from the API server: %w", cd.Namespace, cd.Name, err)
+	}
+	return nil
 }
 
 // plan renders and plans a fetched tree within the daemon's limits and

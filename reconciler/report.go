@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -43,6 +44,10 @@ type ReportOptions struct {
 	// AuthorName and AuthorEmail sign status commits; empty means
 	// "Capstan" and "capstan@localhost".
 	AuthorName, AuthorEmail string
+	// ForgeTransport, when set, carries the pull request watcher's
+	// requests to forges (the e2e tests count and break them); nil means
+	// Go's default transport.
+	ForgeTransport http.RoundTripper
 }
 
 // addReporter builds the runnable that makes status commits and hands it

@@ -10,12 +10,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/reconciler/metrics"
 	"github.com/capstan-dev/capstan/reconciler/report/forge"
 	"github.com/capstan-dev/capstan/stages"
 )
@@ -59,6 +63,17 @@ type PullRequestOptions struct {
 	Owns func(group string) bool
 	// NewForge builds a forge client; nil means forge.New.
 	NewForge func(forge.Config) (forge.Forge, error)
+	// Events receives a Warning event on the deployments concerned when a
+	// forge request fails in a new way, and a Normal one when it works
+	// again; nil means none. Sharded, it must not drop events about
+	// deployments other replicas reconcile: the group's owner tells them.
+	Events recorder.EventRecorder
+	// Registerer receives capstan_pullrequest_report_failures_total; nil
+	// means no metrics.
+	Registerer prometheus.Registerer
+	// Logger receives the watcher's logs; unset means the one of the
+	// context Start is given.
+	Logger logr.Logger
 	// Now returns the current time (tests).
 	Now func() time.Time
 }
@@ -88,6 +103,7 @@ type PullRequests struct {
 	opts    PullRequestOptions
 	client  client.Reader
 	planner Planner
+	metrics *metrics.PullRequestCollector
 
 	wake chan struct{}
 
@@ -105,7 +121,7 @@ var (
 
 // NewPullRequests returns a watcher that reads deployments and Secrets
 // through c and plans through p.
-func NewPullRequests(opts PullRequestOptions, c client.Reader, p Planner) *PullRequests {
+func NewPullRequests(opts PullRequestOptions, c client.Reader, p Planner) (*PullRequests, error) {
 	if opts.Interval <= 0 {
 		opts.Interval = DefaultOptions().Interval
 	}
@@ -115,10 +131,14 @@ func NewPullRequests(opts PullRequestOptions, c client.Reader, p Planner) *PullR
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &PullRequests{
-		opts: opts, client: c, planner: p, wake: make(chan struct{}, 1),
-		groups: map[string]*groupState{}, complained: map[types.NamespacedName]string{},
+	m, err := metrics.PullRequestFor(opts.Registerer)
+	if err != nil {
+		return nil, err
 	}
+	return &PullRequests{
+		opts: opts, client: c, planner: p, metrics: m, wake: make(chan struct{}, 1),
+		groups: map[string]*groupState{}, complained: map[types.NamespacedName]string{},
+	}, nil
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: only the
@@ -141,7 +161,11 @@ func (w *PullRequests) Notify(cd *capstanv1.ClusterDeployment) {
 
 // Start watches until ctx ends.
 func (w *PullRequests) Start(ctx context.Context) error {
-	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithName("pull-requests"))
+	logger := w.opts.Logger
+	if logger.GetSink() == nil {
+		logger = log.FromContext(ctx)
+	}
+	ctx = log.IntoContext(ctx, logger.WithName("pull-requests"))
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -189,8 +213,12 @@ type groupState struct {
 	commits map[string]int64
 
 	forge     forge.Forge
+	token     string
 	tokenRead time.Time
 	tokenFrom types.NamespacedName
+	// failing holds, per operation, the reason it last failed with, until
+	// it works again: a failure that repeats is not logged again.
+	failing map[string]string
 }
 
 // prState is one pull request's comment.
@@ -238,15 +266,18 @@ func (w *PullRequests) round(ctx context.Context) time.Time {
 	}
 	live := map[string]bool{}
 	for _, g := range groups {
-		live[g.key] = true
 		if w.opts.Owns != nil && !w.opts.Owns(g.key) {
+			// Forgotten: should the group come back to this replica,
+			// what it remembers would be stale (another replica wrote
+			// meanwhile); the comment on the forge is the truth.
 			continue
 		}
+		live[g.key] = true
 		w.mu.Lock()
 		st := w.groups[g.key]
 		if st == nil {
 			st = &groupState{planned: map[int64]string{}, prs: map[int64]*prState{},
-				rollouts: map[types.NamespacedName]*rolloutState{}, commits: map[string]int64{}}
+				rollouts: map[types.NamespacedName]*rolloutState{}, commits: map[string]int64{}, failing: map[string]string{}}
 			w.groups[g.key] = st
 		}
 		w.mu.Unlock()
@@ -271,14 +302,12 @@ func (w *PullRequests) serve(ctx context.Context, g *group, st *groupState) time
 	ctx = log.IntoContext(ctx, logger)
 	now := w.opts.Now()
 	f, err := w.forgeOf(ctx, g, st, now)
-	if err != nil {
-		logger.Error(err, "pull requests: no forge client; trying again later")
+	if err = w.outcome(ctx, g, st, opToken, g.members, err); err != nil {
 		return now.Add(g.interval)
 	}
 	if !now.Before(st.nextList) {
 		st.nextList = now.Add(g.interval)
-		if err := w.planOpen(ctx, g, st, f); err != nil {
-			w.forgeFailed(st, err)
+		if err := unreported(w.planOpen(ctx, g, st, f)); err != nil {
 			logger.Error(err, "plan the open pull requests; trying again at the next interval")
 		}
 	}
@@ -307,7 +336,7 @@ func (w *PullRequests) forgeOf(ctx context.Context, g *group, st *groupState, no
 	if err != nil {
 		return nil, fmt.Errorf("ClusterDeployment %s/%s: spec.report.pullRequests: %w", cd.Namespace, cd.Name, err)
 	}
-	st.forge, st.tokenRead, st.tokenFrom = f, now, secret
+	st.forge, st.token, st.tokenRead, st.tokenFrom = f, token, now, secret
 	return f, nil
 }
 
@@ -324,7 +353,7 @@ func (w *PullRequests) forgeFailed(st *groupState, err error) {
 // plans each head not planned yet, for every member.
 func (w *PullRequests) planOpen(ctx context.Context, g *group, st *groupState, f forge.Forge) error {
 	prs, err := f.OpenPullRequests(ctx, g.repo, g.branch)
-	if err != nil {
+	if err = w.outcome(ctx, g, st, opList, g.members, err); err != nil {
 		return err
 	}
 	open := map[int64]bool{}
@@ -392,13 +421,24 @@ func (w *PullRequests) upsert(ctx context.Context, g *group, st *groupState, f f
 	if body == ps.sent {
 		return nil
 	}
-	c, err := f.UpsertComment(ctx, g.repo, n, PlanMarkerKey, body)
-	if err != nil {
+	c, err := owned(w, g, func() (forge.Comment, error) { return f.UpsertComment(ctx, g.repo, n, PlanMarkerKey, body) })
+	if err = w.outcome(ctx, g, st, opComment, g.members, err); err != nil {
 		return err
 	}
 	ps.sent, ps.sentAt, ps.url = body, w.opts.Now(), c.URL
 	log.FromContext(ctx).V(1).Info("pull request comment kept", "pullRequest", n, "action", c.Action)
 	return nil
+}
+
+// owned makes a forge write unless sharding gave the group to another
+// replica since the round began: a round may outlast a handover (a slow
+// plan), and one comment has one writer.
+func owned[T any](w *PullRequests, g *group, write func() (T, error)) (T, error) {
+	if w.opts.Owns != nil && !w.opts.Owns(g.key) {
+		var zero T
+		return zero, errHandedOver
+	}
+	return write()
 }
 
 // evict bounds what a group remembers of pull requests that are no

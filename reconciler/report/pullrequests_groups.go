@@ -53,6 +53,13 @@ func (w *PullRequests) listGroups(ctx context.Context) ([]*group, error) {
 	return out, nil
 }
 
+// PullRequestGroup is the key of the deployments whose pull requests are
+// watched together, those of one branch of one repository of one forge:
+// sharded, the replica that owns the key handles them.
+func PullRequestGroup(provider forge.Provider, baseURL, repo, branch string) string {
+	return fmt.Sprintf("%s|%s|%s|%s", provider, baseURL, repo, branch)
+}
+
 // groupOf returns the group of one deployment, or why its pull requests
 // cannot be watched.
 func groupOf(cd *capstanv1.ClusterDeployment, root *Root) (*group, error) {
@@ -85,7 +92,7 @@ func groupOf(cd *capstanv1.ClusterDeployment, root *Root) (*group, error) {
 	}
 	cfg := forge.Config{Provider: forge.Provider(pr.Provider), BaseURL: pr.BaseURL}
 	return &group{
-		key: fmt.Sprintf("%s|%s|%s|%s", cfg.Provider, cfg.BaseURL, repo, branch), cfg: cfg,
+		key: PullRequestGroup(cfg.Provider, cfg.BaseURL, repo, branch), cfg: cfg,
 		repo: repo, branch: branch, interval: interval, members: []*capstanv1.ClusterDeployment{cd},
 	}, nil
 }

@@ -48,10 +48,11 @@ func (w *PullRequests) followRollouts(ctx context.Context, g *group, st *groupSt
 		}
 		if !rs.looked && !now.Before(rs.lookAt) {
 			n, err := w.pullRequestOf(ctx, g, st, f, sha)
-			switch {
+			switch err = w.outcome(ctx, g, st, opLookup, []*capstanv1.ClusterDeployment{cd}, err); {
 			case err != nil:
-				w.forgeFailed(st, err)
-				logger.Error(err, "find the pull request a revision came from; trying again later", "revision", cd.Status.Revision)
+				if err = unreported(err); err != nil {
+					logger.Error(err, "find the pull request a revision came from; trying again later", "revision", cd.Status.Revision)
+				}
 				rs.lookAt = now.Add(w.opts.Interval)
 			case n == 0 && rs.lookups < maxCommitLookups:
 				// A forge may record the merge a moment after the
@@ -86,9 +87,10 @@ func (w *PullRequests) followRollouts(ctx context.Context, g *group, st *groupSt
 		if mark := string(state) + "\x00" + desc; mark != rs.status {
 			if at := rs.statusAt.Add(w.opts.Interval); now.Before(at) {
 				later(at)
-			} else if err := w.setStatus(ctx, f, g, cd, ps, rs, state, desc); err != nil {
-				w.forgeFailed(st, err)
-				logger.Error(err, "set commit status; trying again later", "namespace", cd.Namespace, "name", cd.Name)
+			} else if err := w.setStatus(ctx, f, g, st, cd, ps, rs, state, desc); err != nil {
+				if err = unreported(err); err != nil {
+					logger.Error(err, "set commit status; trying again later", "namespace", cd.Namespace, "name", cd.Name)
+				}
 				later(now.Add(w.opts.Interval))
 			} else {
 				rs.status, rs.statusAt = mark, now
@@ -109,8 +111,9 @@ func (w *PullRequests) followRollouts(ctx context.Context, g *group, st *groupSt
 			continue
 		}
 		if err := w.upsert(ctx, g, st, f, n); err != nil {
-			w.forgeFailed(st, err)
-			logger.Error(err, "edit the pull request comment with the rollout; trying again later", "pullRequest", n)
+			if err = unreported(err); err != nil {
+				logger.Error(err, "edit the pull request comment with the rollout; trying again later", "pullRequest", n)
+			}
 			later(now.Add(w.opts.Interval))
 		}
 	}
@@ -152,7 +155,7 @@ func (w *PullRequests) pullRequestOf(ctx context.Context, g *group, st *groupSta
 }
 
 // setStatus sets the commit status of cd on its revision.
-func (w *PullRequests) setStatus(ctx context.Context, f forge.Forge, g *group, cd *capstanv1.ClusterDeployment,
+func (w *PullRequests) setStatus(ctx context.Context, f forge.Forge, g *group, st *groupState, cd *capstanv1.ClusterDeployment,
 	ps *prState, rs *rolloutState, state forge.State, desc string) error {
 	s, err := w.scrubberOf(ctx, []*capstanv1.ClusterDeployment{cd}, ps.secrets)
 	if err != nil {
@@ -162,7 +165,10 @@ func (w *PullRequests) setStatus(ctx context.Context, f forge.Forge, g *group, c
 	if name == "" {
 		name = "capstan/" + cd.Namespace + "/" + cd.Name
 	}
-	return f.SetCommitStatus(ctx, g.repo, rs.sha, forge.Status{State: state, Context: name, Description: s.clean(desc), TargetURL: ps.url})
+	_, err = owned(w, g, func() (struct{}, error) {
+		return struct{}{}, f.SetCommitStatus(ctx, g.repo, rs.sha, forge.Status{State: state, Context: name, Description: s.clean(desc), TargetURL: ps.url})
+	})
+	return w.outcome(ctx, g, st, opStatus, []*capstanv1.ClusterDeployment{cd}, err)
 }
 
 // commentBody is the body of pull request n's comment: the rollouts of

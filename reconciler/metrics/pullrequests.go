@@ -1,0 +1,54 @@
+package metrics
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// PullRequestReportFailures names the family of failed forge requests of
+// the pull request watcher (docs/metrics.md).
+const PullRequestReportFailures = Prefix + "pullrequest_report_failures_total"
+
+// PullRequestCollector holds the pull request watcher's families. Its
+// methods are safe for concurrent use, and on a nil collector do nothing.
+type PullRequestCollector struct {
+	failures *prometheus.CounterVec
+}
+
+var (
+	pullRequestMu     sync.Mutex
+	pullRequestShared = map[prometheus.Registerer]*PullRequestCollector{}
+)
+
+// PullRequestFor returns the pull request collector registered on reg,
+// registering one the first time (like For); nil for a nil reg.
+func PullRequestFor(reg prometheus.Registerer) (*PullRequestCollector, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	pullRequestMu.Lock()
+	defer pullRequestMu.Unlock()
+	if c, ok := pullRequestShared[reg]; ok {
+		return c, nil
+	}
+	c := &PullRequestCollector{
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: PullRequestReportFailures,
+			Help: "Forge requests of the pull request watcher that failed (listing pull requests, writing a comment or a commit status, finding the pull request of a commit, reading the token), by forge and reason: unauthorized, forbidden, not_found, rate_limited, server_error, unreachable, rejected, token.",
+		}, []string{"forge", "reason"}),
+	}
+	if err := reg.Register(c.failures); err != nil {
+		return nil, fmt.Errorf("register Capstan pull request metrics: %w", err)
+	}
+	pullRequestShared[reg] = c
+	return c, nil
+}
+
+// Failure counts one failed forge request.
+func (c *PullRequestCollector) Failure(forge, reason string) {
+	if c != nil {
+		c.failures.WithLabelValues(forge, reason).Inc()
+	}
+}
