@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -412,5 +413,84 @@ func TestDriftWhileALaterStageWaitsIsCorrectedAtReady(t *testing.T) {
 	}
 	if n := driftCount(t, reg, ns, "owned", "corrected"); n != 1 {
 		t.Errorf("capstan_drift_corrections_total{action=corrected} = %v, want 1", n)
+	}
+}
+
+// What happened while no Capstan ran is found when one starts: the watch
+// judges a write against the object just before it, and sees neither a
+// field taken over nor one removed before it began; the new daemon checks
+// every object of a Ready deployment once with a dry run, and applies
+// again, once each, what was deleted, taken over or removed, and nothing
+// else. After that look, an unchanged deployment costs no request again.
+func TestDriftWhileNoCapstanRanIsFoundAtStart(t *testing.T) {
+	c := newClient(t)
+	ns := newNamespace(t)
+	url, err := gitSrv.CreateRepo(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects := strings.Replace(cm("removed", "A"), "data: {k: v}", "data: {k: v, gone: v}", 1) +
+		cm("taken", "A") + cm("deleted", "A") + cm("unchanged", "A")
+	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, ownedRepo(objects), "v1"); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := startDaemon(t, nil)
+	createDeployment(t, c, ns, "owned", ownedSpec(url, ns, gitSecret(t, c, ns), "A"))
+	waitDeployment(t, c, ns, "owned", "Ready", isReady)
+	stopDaemon(first)
+
+	// While no Capstan runs: a key removed, a value taken, an object gone.
+	edit := func(name string, change func(*corev1.ConfigMap)) {
+		t.Helper()
+		live := &corev1.ConfigMap{}
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, live); err != nil {
+			t.Fatal(err)
+		}
+		change(live)
+		if err := c.Update(context.Background(), live, client.FieldOwner("kubectl-edit")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edit("removed", func(cm *corev1.ConfigMap) { delete(cm.Data, "gone") })
+	edit("taken", func(cm *corev1.ConfigMap) { cm.Data["k"] = "by hand" })
+	if err := c.Delete(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "deleted"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	reg := prometheus.NewRegistry()
+	_, api := startDaemonWith(t, nil, func(o *reconciler.Options) { o.MetricsRegistry = reg })
+	data := func(name string) map[string]any {
+		obj := object(t, c, configMapGVK, ns, name)
+		if obj == nil {
+			return nil
+		}
+		d, _ := obj.Object["data"].(map[string]any)
+		return d
+	}
+	waitFor(t, "the three ConfigMaps as applied again", func() (bool, error) {
+		return data("removed")["gone"] == "v" && data("taken")["k"] == "v" && data("deleted") != nil, nil
+	})
+	waitFor(t, "three corrections counted", func() (bool, error) {
+		return driftCount(t, reg, ns, "owned", "corrected") >= 3, nil
+	})
+	for name, want := range map[string]int{"removed": 1, "taken": 1, "deleted": 1, "unchanged": 0} {
+		if n := appliesTo(api, ns, "configmaps", name); n != want {
+			t.Errorf("ConfigMap %s applied %d times by the new daemon, want %d", name, n, want)
+		}
+	}
+	if n := driftCount(t, reg, ns, "owned", "corrected"); n != 3 {
+		t.Errorf("capstan_drift_corrections_total{action=corrected} = %v, want 3", n)
+	}
+	if msg := eventMessages(t, c, ns, "owned", "DriftCorrected"); !strings.Contains(msg, "while no Capstan watched it") {
+		t.Errorf("DriftCorrected events %q do not say the change happened while no Capstan watched", msg)
+	}
+
+	// Looked at once: from now on, nothing changed costs nothing.
+	requests := api.all()
+	infoRefs := "/" + ns + ".git/info/refs"
+	polls := gitSrv.RequestsTo(infoRefs)
+	waitFor(t, "three more polls of the remote", func() (bool, error) { return gitSrv.RequestsTo(infoRefs) >= polls+3, nil })
+	if n := api.all() - requests; n != 0 {
+		t.Errorf("%d API requests over three polls of an unchanged, Ready deployment after the look, want 0", n)
 	}
 }

@@ -184,9 +184,10 @@ func controllerHasFinalizer(cd *capstanv1.ClusterDeployment) bool {
 	return false
 }
 
-// appliesTo counts the server-side applies (not dry runs) of one object.
+// appliesTo counts the server-side applies of one object. Dry runs are
+// counted under "PATCH(dry-run) ...", which the pattern does not match.
 func appliesTo(api *requestCounter, ns, resource, name string) int {
-	return api.total("PATCH /api/v1/namespaces/"+ns+"/"+resource+"/"+name) - api.total("PATCH(dry-run) /api/v1/namespaces/"+ns+"/"+resource+"/"+name)
+	return api.total("PATCH /api/v1/namespaces/" + ns + "/" + resource + "/" + name)
 }
 
 // Drift: an applied object deleted, and a field Capstan applied changed by

@@ -187,6 +187,20 @@ func (r *Reconciler) correctFromPlan(ctx context.Context, a *attempt) error {
 	if err != nil {
 		return err
 	}
+	if a.verify {
+		// The look covers what the watch noted before it, and what it
+		// noted meanwhile of the objects the look applied again (a first
+		// listing that found one missing). A failed look keeps no set, so
+		// that the next attempt looks again.
+		r.drift.take(key)
+		handled, err := r.verifyDesired(ctx, a.cd, set, a.plan)
+		left := r.drift.take(key)
+		maps.DeleteFunc(left, func(dk driftKey, _ string) bool { return handled[dk] })
+		r.drift.restore(key, left)
+		if err != nil {
+			return err
+		}
+	}
 	r.drift.remember(key, set)
 	return r.correctDrift(ctx, a.cd, set, r.drift.take(key))
 }

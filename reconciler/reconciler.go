@@ -110,6 +110,11 @@ type attempt struct {
 	// driftOnly is set when nothing changed but applied objects drifted:
 	// the attempt corrects them and walks no stage.
 	driftOnly bool
+	// verify is set with driftOnly on the first look at a Ready
+	// deployment since this Capstan took it (a start, a new leader, a
+	// handover): every object it applied is checked once with a dry run,
+	// which finds what changed while no Capstan watched (verifyDesired).
+	verify bool
 	// planned is set when the plan of this revision was at hand: nothing
 	// is rendered again.
 	planned bool
@@ -283,10 +288,18 @@ func (r *Reconciler) correctIfDrifted(ctx context.Context, a *attempt) (bool, er
 	}
 	key := client.ObjectKeyFromObject(a.cd)
 	r.drift.track(a.cd)
+	set := r.drift.desiredFor(key, a.revision, a.cd.Generation)
+	if set == nil && r.drift != nil && a.cd.Spec.Drift != capstanv1.DriftIgnore {
+		// No walk of this revision in this process: the watch did not see
+		// what happened before it started, and a field taken or removed
+		// then looks like any other write. Check every object once.
+		a.driftOnly, a.verify = true, true
+		return false, nil
+	}
 	if !r.drift.has(key) {
 		return true, nil
 	}
-	if set := r.drift.desiredFor(key, a.revision, a.cd.Generation); set != nil {
+	if set != nil {
 		return true, r.correctDrift(ctx, a.cd, set, r.drift.take(key))
 	}
 	a.driftOnly = true
