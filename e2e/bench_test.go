@@ -14,6 +14,7 @@ import (
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/internal/gitserver"
+	"github.com/capstan-dev/capstan/reconciler"
 )
 
 // chainFiles is an overlay of n stages, each one ConfigMap (ready as soon
@@ -159,4 +160,56 @@ func BenchmarkDriftCorrection(b *testing.B) {
 		waitFor(b, name+" restored", func() (bool, error) { return object(b, c, configMapGVK, ns, name) != nil, nil })
 	}
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/correction")
+}
+
+// BenchmarkLookAfterStart measures the look a Capstan takes at a Ready
+// deployment it did not walk itself (here: a new daemon after a restart),
+// 1,000 ConfigMaps in one stage, unchanged: from the daemon's start until
+// its dry run of each has been sent (the render, the look's LIST and
+// 1,000 dry runs), and what that costs in requests.
+func BenchmarkLookAfterStart(b *testing.B) {
+	c := newClient(b)
+	ns := newNamespace(b)
+	url, err := gitSrv.CreateRepo(ns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	files, specs := stagedFiles(1000, 1)
+	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, files, "1,000 ConfigMaps"); err != nil {
+		b.Fatal(err)
+	}
+	first, _ := startDaemonWith(b, nil, func(o *reconciler.Options) { o.Config = unlimited(o.Config) })
+	createDeployment(b, c, ns, "looked", capstanv1.ClusterDeploymentSpec{
+		Source:         &capstanv1.SourceSpec{Git: &capstanv1.GitSource{URL: url, SecretRef: &capstanv1.LocalObjectReference{Name: gitSecret(b, c, ns)}}},
+		Path:           "staged",
+		Substitute:     map[string]string{"NS": ns},
+		Stages:         specs,
+		DeletionPolicy: capstanv1.DeletionPolicyOrphan,
+	})
+	watchDeployment(b, ns, "looked", isReady)
+	b.Cleanup(func() { deleteDeployment(b, c, ns, "looked") })
+	stopDaemon(first)
+
+	var took time.Duration
+	var requests, dryRuns int
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		d, api := startDaemonWith(b, nil, func(o *reconciler.Options) { o.Config = unlimited(o.Config) })
+		waitFor(b, "a dry run of each of the 1,000", func() (bool, error) {
+			return api.total("PATCH(dry-run)", "/namespaces/"+ns+"/configmaps/") >= 1000, nil
+		})
+		took += time.Since(start)
+		b.StopTimer()
+		if n := api.total("PATCH /", "/namespaces/"+ns+"/configmaps/"); n != 0 {
+			b.Fatalf("the look applied %d unchanged ConfigMaps", n)
+		}
+		requests += api.all()
+		dryRuns += api.total("PATCH(dry-run)", "/namespaces/"+ns+"/configmaps/")
+		stopDaemon(d)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(took.Milliseconds())/float64(b.N), "ms/look")
+	b.ReportMetric(float64(requests)/float64(b.N), "requests/look")
+	b.ReportMetric(float64(dryRuns)/float64(b.N), "dry-runs/look")
 }
