@@ -27,6 +27,10 @@ type fleet struct {
 	idle        int // intervals measured once all are Ready
 	// deadline bounds the wait for all Ready.
 	deadline time.Duration
+	// restart stops the daemon after the idle window and starts another
+	// on the Ready fleet: its look at what it did not walk itself (a dry
+	// run of every object), then f.idle more intervals.
+	restart bool
 }
 
 // fleetResult is what a run measured.
@@ -50,6 +54,21 @@ type fleetResult struct {
 	goroutines       float64
 	heapInUse        float64
 	totalAPIRequests int64 // non-watch requests from start to the end of the idle window
+
+	// restart is what a second daemon, started on the Ready fleet, did
+	// (fleet.restart): its look at every object, then idle intervals.
+	restart *restartResult
+}
+
+// restartResult is what the daemon started on a Ready fleet measured.
+type restartResult struct {
+	toLooked time.Duration // from its start to a dry run of every object
+	dryRuns  int64         // dry runs over the look
+	applies  int64         // applies over the look (nothing changed: 0)
+	requests int64         // requests over the look, watch starts apart
+	peak     int64         // its peak RSS over the look, bytes
+	idle     int64         // API requests over f.idle intervals after the look
+	idleBy   map[string]int64
 }
 
 func (r fleetResult) idleCPU() float64 { return float64(r.cpu) / float64(r.window) }
@@ -122,6 +141,49 @@ func runFleet(t testing.TB, f fleet) fleetResult {
 	measureIdle(t, d, proxy, f, profiles, &res)
 	res.totalAPIRequests, _, _ = proxy.snapshot().since(start)
 	d.stop() // a later run measures its own daemon alone
+	if f.restart {
+		res.restart = restartFleet(t, proxy, f)
+	}
+	return res
+}
+
+// restartFleet starts another daemon on the Ready fleet and measures its
+// look (until every object was dry-run once) and then f.idle intervals.
+func restartFleet(t testing.TB, proxy *apiProxy, f fleet) *restartResult {
+	t.Helper()
+	before := proxy.snapshot()
+	begin := time.Now()
+	d := startCapstan(t, proxy.kubeconfig(t), false)
+	defer d.stop()
+	objects := int64(f.deployments * f.objects)
+	res := &restartResult{}
+	deadline := time.Now().Add(f.deadline)
+	for {
+		_, _, byPath := proxy.snapshot().since(before)
+		res.dryRuns, res.applies = 0, 0
+		for k, n := range byPath {
+			switch {
+			case strings.HasPrefix(k, "PATCH(dry-run) ") && strings.Contains(k, "/configmaps/"):
+				res.dryRuns += n
+			case strings.HasPrefix(k, "PATCH ") && strings.Contains(k, "/configmaps/"):
+				res.applies += n
+			}
+		}
+		if res.dryRuns >= objects {
+			break
+		}
+		if time.Now().After(deadline) || !d.running() {
+			t.Fatalf("the restarted daemon dry-ran %d of the %d objects within %s", res.dryRuns, objects, f.deadline)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	res.toLooked = time.Since(begin)
+	res.requests, _, _ = proxy.snapshot().since(before)
+	time.Sleep(f.interval) // every deployment polls once more after its look
+	quiet := proxy.snapshot()
+	time.Sleep(time.Duration(f.idle) * f.interval)
+	res.idle, _, res.idleBy = proxy.snapshot().since(quiet)
+	res.peak = d.memory(t).peak
 	return res
 }
 
@@ -284,4 +346,8 @@ func logResult(t testing.TB, f fleet, r fleetResult) {
 	}
 	t.Logf("API requests (watch starts apart) from the daemon's start to the end of the idle window: %d (%.1f per deployment)",
 		r.totalAPIRequests, float64(r.totalAPIRequests)/float64(f.deployments))
+	if rr := r.restart; rr != nil {
+		t.Logf("restarted daemon: a dry run of every object %.1f s after its start; %d requests (%d dry runs, %d applies); peak RSS %d MiB; then %d API requests over %d intervals",
+			rr.toLooked.Seconds(), rr.requests, rr.dryRuns, rr.applies, rr.peak>>20, rr.idle, f.idle)
+	}
 }

@@ -9,9 +9,10 @@ import (
 // benchmark measures, as counts: every deployment becomes Ready, and once
 // they are, an unchanged source costs the API server no request over
 // three poll intervals, and the git server fewer requests than one per
-// deployment and interval.
+// deployment and interval. A daemon started on the Ready fleet looks at
+// every object once (a dry run each, nothing applied) and is idle again.
 func TestFleetIsReadyAndIdle(t *testing.T) {
-	f := fleet{deployments: 50, objects: 20, interval: 5 * time.Second, idle: 3, deadline: 3 * time.Minute}
+	f := fleet{deployments: 50, objects: 20, interval: 5 * time.Second, idle: 3, deadline: 3 * time.Minute, restart: true}
 	r := runFleet(t, f)
 	if r.ready < f.deployments {
 		t.Fatalf("%d of %d deployments Ready", r.ready, f.deployments)
@@ -26,6 +27,10 @@ func TestFleetIsReadyAndIdle(t *testing.T) {
 		t.Errorf("an idle fleet of %d deployments on one repository sent %d git requests over %d intervals; want fewer than one per deployment and interval",
 			f.deployments, r.gitRequests, f.idle)
 	}
+	if rr := r.restart; rr.applies != 0 || rr.idle != 0 {
+		t.Errorf("the daemon started on the Ready, unchanged fleet applied %d ConfigMaps in its look and sent %d API requests over %d idle intervals after it (%s); want 0 and 0",
+			rr.applies, rr.idle, f.idle, topPaths(rr.idleBy, 8))
+	}
 }
 
 // BenchmarkThousandDeployments is issue #13's fleet: 1,000
@@ -36,7 +41,7 @@ func TestFleetIsReadyAndIdle(t *testing.T) {
 //
 //	go test -run '^$' -bench ThousandDeployments -benchtime 1x -timeout 60m ./e2e/scale/
 func BenchmarkThousandDeployments(b *testing.B) {
-	f := fleet{deployments: 1000, objects: 20, interval: 30 * time.Second, idle: 3, deadline: 30 * time.Minute}
+	f := fleet{deployments: 1000, objects: 20, interval: 30 * time.Second, idle: 3, deadline: 30 * time.Minute, restart: true}
 	for range b.N {
 		r := runFleet(b, f)
 		if r.ready < f.deployments {
@@ -48,5 +53,8 @@ func BenchmarkThousandDeployments(b *testing.B) {
 		b.ReportMetric(100*r.idleCPU(), "idle-cpu-%")
 		b.ReportMetric(r.perInterval(r.apiRequests, f), "api-req/interval")
 		b.ReportMetric(r.perInterval(r.gitRequests, f), "git-req/interval")
+		b.ReportMetric(r.restart.toLooked.Seconds(), "s-restart-look")
+		b.ReportMetric(float64(r.restart.peak>>20), "restart-peak-MiB")
+		b.ReportMetric(float64(r.restart.idle)/float64(f.idle), "restart-api-req/interval")
 	}
 }
