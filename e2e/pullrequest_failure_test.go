@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
-	"github.com/capstan-dev/capstan/internal/giteaserver"
 	"github.com/capstan-dev/capstan/reconciler"
 	"github.com/capstan-dev/capstan/reconciler/report"
 )
@@ -38,18 +37,7 @@ func TestPullRequestReportFailuresAreCountedAndTold(t *testing.T) {
 	if _, err := s.Commit(ctx, repo, "main", cmOverlay("1"), "v1"); err != nil {
 		t.Fatal(err)
 	}
-	token, err := s.NewToken(ctx, "capstan-"+ns, "write:issue", "write:repository")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, data := range map[string]map[string]string{
-		"git-auth":    {"username": giteaserver.AdminUser, "password": s.Token()},
-		"forge-token": {"token": token},
-	} {
-		if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, StringData: data}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	token := giteaSecrets(t, s, c, ns)
 	forges := &forgeAudit{}
 	failWrites := func(code int, message string) {
 		forges.setFault(func(req *http.Request) (int, string) {

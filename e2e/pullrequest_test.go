@@ -36,6 +36,28 @@ var (
 	giteaErr  error
 )
 
+// giteaSecrets makes a token for Capstan on s and writes the two Secrets
+// the pull-request tests' deployments read into ns: "git-auth" (clone
+// over http) and "forge-token" (comments and commit statuses). It returns
+// the token, for the tests that look for it where it must not be.
+func giteaSecrets(t *testing.T, s *giteaserver.Server, c client.Client, ns string) string {
+	t.Helper()
+	ctx := context.Background()
+	token, err := s.NewToken(ctx, "capstan-"+ns, "write:issue", "write:repository")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]map[string]string{
+		"git-auth":    {"username": giteaserver.AdminUser, "password": s.Token()},
+		"forge-token": {"token": token},
+	} {
+		if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, StringData: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return token
+}
+
 // realGitea returns the suite's Gitea. A missing binary fails the test
 // with the error that says to run `make gitea`; it is never skipped.
 func realGitea(t *testing.T) *giteaserver.Server {
@@ -310,18 +332,7 @@ func TestPullRequestPlanAndRollout(t *testing.T) {
 	if _, err := s.Commit(ctx, repo, "main", edgeFiles(2, plantedFirst), "the edge cluster"); err != nil {
 		t.Fatal(err)
 	}
-	token, err := s.NewToken(ctx, "capstan-"+ns, "write:issue", "write:repository")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, data := range map[string]map[string]string{
-		"git-auth":    {"username": giteaserver.AdminUser, "password": s.Token()},
-		"forge-token": {"token": token},
-	} {
-		if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, StringData: data}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	token := giteaSecrets(t, s, c, ns)
 	logs := &logBuffer{}
 	startDaemonWith(t, nil, func(o *reconciler.Options) {
 		o.Report.Interval = time.Second

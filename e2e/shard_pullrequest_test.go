@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
@@ -153,18 +152,7 @@ func TestShardingPullRequestCommentsHaveOneWriter(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t)
 	ns := newNamespace(t)
-	token, err := s.NewToken(ctx, "capstan-"+ns, "write:issue", "write:repository")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, data := range map[string]map[string]string{
-		"git-auth":    {"username": giteaserver.AdminUser, "password": s.Token()},
-		"forge-token": {"token": token},
-	} {
-		if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, StringData: data}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	token := giteaSecrets(t, s, c, ns)
 
 	audit := &shardAudit{ns: ns}
 	views := newViewMonitor(t)
