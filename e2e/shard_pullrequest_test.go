@@ -172,16 +172,7 @@ func TestShardingPullRequestCommentsHaveOneWriter(t *testing.T) {
 		})
 		views.set(id, daemons[id])
 	}
-	see := func(ids, want []string) func() (bool, error) {
-		return func() (bool, error) {
-			for _, id := range ids {
-				if got := daemons[id].ShardMembers(); !slices.Equal(got, want) {
-					return false, fmt.Errorf("%s sees %v", id, got)
-				}
-			}
-			return true, nil
-		}
-	}
+	see := func(ids, want []string) func() (bool, error) { return membersSeen(daemons, ids, want) }
 	waitFor(t, "every replica to see the three", see(all, all))
 
 	// One repository per replica: names tried in turn until hashing gave

@@ -79,16 +79,7 @@ data: {rev: "r${REV}"}
 	for _, id := range all {
 		start(id)
 	}
-	see := func(ids, want []string) func() (bool, error) {
-		return func() (bool, error) {
-			for _, id := range ids {
-				if got := daemons[id].ShardMembers(); !slices.Equal(got, want) {
-					return false, fmt.Errorf("%s sees %v", id, got)
-				}
-			}
-			return true, nil
-		}
-	}
+	see := func(ids, want []string) func() (bool, error) { return membersSeen(daemons, ids, want) }
 	waitFor(t, "every replica to see the three", see(all, all))
 	began := time.Now()
 
@@ -429,5 +420,18 @@ func TestShardingWithLeaderElectionForwardsPushes(t *testing.T) {
 	}
 	if v := object(t, c, configMapGVK, ns, "cm-"+name["replica-a"]).Object["data"].(map[string]any)["version"]; v != "v2" {
 		t.Errorf("cm-%s version = %v after the push, want v2", name["replica-a"], v)
+	}
+}
+
+// membersSeen is a condition for waitFor: each of the replicas ids sees
+// exactly the members want.
+func membersSeen(daemons map[string]*reconciler.Daemon, ids, want []string) func() (bool, error) {
+	return func() (bool, error) {
+		for _, id := range ids {
+			if got := daemons[id].ShardMembers(); !slices.Equal(got, want) {
+				return false, fmt.Errorf("%s sees %v", id, got)
+			}
+		}
+		return true, nil
 	}
 }
