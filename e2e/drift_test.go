@@ -494,3 +494,66 @@ func TestDriftWhileNoCapstanRanIsFoundAtStart(t *testing.T) {
 		t.Errorf("%d API requests over three polls of an unchanged, Ready deployment after the look, want 0", n)
 	}
 }
+
+// The look of a new daemon reaches the clusters a deployment's stages act
+// on through kubeconfig Secrets too; one that does not answer then is
+// skipped and logged, and the deployment stays as it is, as its drift
+// watch leaves it.
+func TestDriftWhileNoCapstanRanIsFoundAtStartOnRemoteCluster(t *testing.T) {
+	tg := startTarget(t)
+	c := newClient(t)
+	ns := newNamespace(t)
+	url, err := gitSrv.CreateRepo(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	namespace := "apiVersion: v1\nkind: Namespace\nmetadata: {name: '${NS}', labels: {capstan.dev/stage: A}}\n---\n"
+	removed := strings.Replace(cm("removed", "A"), "data: {k: v}", "data: {k: v, gone: v}", 1)
+	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, ownedRepo(namespace+removed), "v1"); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, remote, unplug := tg.counted(t)
+	writeKubeconfigSecret(t, c, ns, "target-kubeconfig", kubeconfig)
+	first, _ := startDaemon(t, nil)
+	spec := ownedSpec(url, ns, gitSecret(t, c, ns), "A")
+	spec.KubeConfig = kubeconfigRef("target-kubeconfig")
+	createDeployment(t, c, ns, "owned", spec)
+	waitDeployment(t, c, ns, "owned", "Ready", isReady)
+	stopDaemon(first)
+
+	live := &corev1.ConfigMap{}
+	if err := tg.client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "removed"}, live); err != nil {
+		t.Fatal(err)
+	}
+	delete(live.Data, "gone")
+	if err := tg.client.Update(context.Background(), live, client.FieldOwner("kubectl-edit")); err != nil {
+		t.Fatal(err)
+	}
+	applies := appliesTo(remote, ns, "configmaps", "removed")
+	second, _ := startDaemon(t, nil)
+	waitFor(t, "the key removed in the target while no daemon ran restored", func() (bool, error) {
+		return object(t, tg.client, configMapGVK, ns, "removed").Object["data"].(map[string]any)["gone"] == "v", nil
+	})
+	if n := appliesTo(remote, ns, "configmaps", "removed") - applies; n != 1 {
+		t.Errorf("the target's ConfigMap applied %d times by the new daemon, want 1", n)
+	}
+	stopDaemon(second)
+
+	// The target gone when the next daemon starts: logged, nothing else.
+	unplug()
+	before := getDeployment(t, c, ns, "owned")
+	logs := &logBuffer{}
+	startDaemonWith(t, nil, func(o *reconciler.Options) { o.Logger = logs.logger() })
+	waitFor(t, "the look logging that it cannot reach the target", func() (bool, error) {
+		return strings.Contains(logs.String(), "cannot check the objects applied to another cluster"), nil
+	})
+	infoRefs := "/" + ns + ".git/info/refs"
+	polls := gitSrv.RequestsTo(infoRefs)
+	waitFor(t, "three more polls of the remote", func() (bool, error) { return gitSrv.RequestsTo(infoRefs) >= polls+3, nil })
+	if after := getDeployment(t, c, ns, "owned"); after.ResourceVersion != before.ResourceVersion || !isReady(after) {
+		t.Errorf("the deployment changed because its target could not be looked at: %s", describe(after))
+	}
+	if strings.Contains(logs.String(), tg.token) {
+		t.Error("the daemon's log holds the kubeconfig's token")
+	}
+}

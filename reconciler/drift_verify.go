@@ -10,6 +10,7 @@ import (
 
 	"github.com/fluxcd/pkg/ssa"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/reconciler/metrics"
@@ -74,14 +75,22 @@ func (r *Reconciler) verifyDesired(ctx context.Context, cd *capstanv1.ClusterDep
 	var errs []error
 	for _, g := range sorted {
 		exec := r.executor
+		var err error
 		if g.ref != localRef {
-			var err error
-			if exec, err = r.executorVia(ctx, cd, g.ref); err != nil {
-				errs = append(errs, fmt.Errorf("through kubeconfig Secret %s/%s: %w", g.ref.namespace, g.ref.secret, err))
-				continue
-			}
+			exec, err = r.executorVia(ctx, cd, g.ref)
 		}
-		entries, err := exec.Verify(ctx, g.objs, g.stage, owner)
+		var entries []ssa.ChangeSetEntry
+		if err == nil {
+			entries, err = exec.Verify(ctx, g.objs, g.stage, owner)
+		}
+		if err != nil && g.ref != localRef {
+			// Another cluster that cannot be reached leaves the deployment
+			// as it is, as its drift watch does: its objects are not
+			// looked at by this process, only watched once it answers.
+			log.FromContext(ctx).Info("cannot check the objects applied to another cluster; leaving them to its drift watch",
+				"stage", g.stage, "kubeconfigSecret", g.ref.namespace+"/"+g.ref.secret, "error", err.Error())
+			continue
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue

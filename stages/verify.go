@@ -19,8 +19,14 @@ import (
 //
 // It is how Capstan finds what changed while it did not watch (the drift
 // watch judges only the writes it sees): once per deployment after a
-// start, a new leader or a handover.
+// start, a new leader or a handover. A cluster that does not answer is an
+// UnreachableError.
 func (e *Executor) Verify(ctx context.Context, objects []*unstructured.Unstructured, stage string, owner Owner) ([]ssa.ChangeSetEntry, error) {
+	if e.cluster != nil {
+		if err := e.cluster.CheckAvailable(ctx); err != nil {
+			return nil, &UnreachableError{Cluster: e.cluster.Name(), Err: err}
+		}
+	}
 	prepared := make([]*unstructured.Unstructured, len(objects))
 	for i, obj := range objects {
 		prepared[i] = ownedBy(obj, stage, owner)
