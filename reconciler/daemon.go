@@ -153,6 +153,15 @@ func New(opts Options) (*Daemon, error) {
 			DisableFor: []client.Object{&corev1.Secret{}},
 		}},
 	}
+	if opts.Logger.GetSink() != nil {
+		// controller-runtime starts what mgr.Add adds (the root source,
+		// the source watcher, sharding, status commits, the webhook
+		// receiver) with BaseContext, not with the context Run gives
+		// Start: without this, their log.FromContext is the process-wide
+		// logger and Logger never sees their lines.
+		logger := opts.Logger
+		mgrOpts.BaseContext = func() context.Context { return log.IntoContext(context.Background(), logger) }
+	}
 	if le.Enabled {
 		lock, err := newLeaseLock(opts.Config, le, id)
 		if err != nil {
@@ -280,14 +289,14 @@ func New(opts Options) (*Daemon, error) {
 		}
 		d.root = root
 		if w, ok := opts.Root.Source.(WatchedSource); ok {
-			trigger := &pushTrigger{client: mgr.GetClient(), root: root, enqueue: pushes, elected: mgr.Elected(), shard: shard, sources: r.sources}
+			trigger := &pushTrigger{client: mgr.GetClient(), root: root, enqueue: pushes, elected: mgr.Elected(), shard: shard, sources: r.sources, logger: mgr.GetLogger()}
 			if err := mgr.Add(&sourceWatcher{source: w, trigger: trigger, url: root.opts.URL, branch: root.opts.Branch}); err != nil {
 				return nil, fmt.Errorf("new daemon: add source watcher: %w", err)
 			}
 		}
 	}
 	if opts.Webhook != nil {
-		srv, err := newWebhookServer(*opts.Webhook, &pushTrigger{client: mgr.GetClient(), root: d.root, enqueue: pushes, elected: mgr.Elected(), shard: shard, sources: r.sources})
+		srv, err := newWebhookServer(*opts.Webhook, &pushTrigger{client: mgr.GetClient(), root: d.root, enqueue: pushes, elected: mgr.Elected(), shard: shard, sources: r.sources, logger: mgr.GetLogger()})
 		if err != nil {
 			return nil, fmt.Errorf("new daemon: %w", err)
 		}
@@ -393,7 +402,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer close(d.done)
 	defer d.reconciler.sources.close() // the artifacts on disk
 	if d.logger.GetSink() != nil {
-		// Runnables log through the context they are started with.
+		// What the manager runs itself logs through this context; the
+		// runnables it was given get theirs from BaseContext (New).
 		ctx = log.IntoContext(ctx, d.logger)
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -408,7 +418,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	go func() {
 		select {
 		case <-d.manager.Elected():
-			ctrl.Log.WithName("leader").Info("leading: this replica acts now", "identity", d.identity)
+			d.manager.GetLogger().WithName("leader").Info("leading: this replica acts now", "identity", d.identity)
 		case <-ctx.Done():
 		}
 	}()

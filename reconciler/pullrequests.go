@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
@@ -152,34 +151,15 @@ func (p *prPlanner) PlanHead(ctx context.Context, cd *capstanv1.ClusterDeploymen
 		}
 		return res, err
 	}
+	// A cluster that stops answering during the dry run is DiffPlan's
+	// error (stages.IsUnreachable), never a plan whose objects all fail:
+	// nothing is commented, and the head is planned again later.
 	d, err := exec.DiffPlan(ctx, plan, stages.Owner{Name: cd.Name, Namespace: cd.Namespace}, DiffOptionsFor(cd.Spec, cd))
 	if err != nil {
 		return res, fmt.Errorf("dry run against the cluster: %w", err)
 	}
-	if d.Counts().Problems > 0 {
-		// A dry run that could not reach the cluster names every object
-		// a problem, and the comment would blame the pull request for
-		// it: its problems are believed only if the cluster answers now.
-		if err := p.reachable(ctx, cd, exec); err != nil {
-			return res, fmt.Errorf("dry run against the cluster found problems, but the cluster does not answer now, so they may be its own; planning again at the next interval: %w", err)
-		}
-	}
 	res.Diff = d
 	return res, nil
-}
-
-// reachable returns an error when the cluster of exec, or the API server
-// Capstan runs on, does not answer now.
-func (p *prPlanner) reachable(ctx context.Context, cd *capstanv1.ClusterDeployment, exec *stages.Executor) error {
-	if c := exec.Cluster(); c != nil {
-		if err := c.CheckAvailable(ctx); err != nil {
-			return fmt.Errorf("cluster %s: %w", c.Name(), err)
-		}
-	}
-	if err := p.r.clusters.reader.Get(ctx, client.ObjectKeyFromObject(cd), &capstanv1.ClusterDeployment{}); err != nil {
-		return fmt.Errorf("read ClusterDeployment %s/%s from the API server: %w", cd.Namespace, cd.Name, err)
-	}
-	return nil
 }
 
 // plan renders and plans a fetched tree within the daemon's limits and

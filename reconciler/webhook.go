@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -47,6 +48,9 @@ type pushTrigger struct {
 	// reconciles the push starts ask the remote rather than take a
 	// revision another deployment got a moment ago.
 	sources *sourceCache
+	// logger is the daemon's: the webhook handler triggers from a
+	// context of its own, which carries none.
+	logger logr.Logger
 }
 
 var _ webhook.Trigger = (*pushTrigger)(nil)
@@ -63,7 +67,12 @@ func (p *pushTrigger) Match(repoURLs []string, branch string) (string, bool) {
 }
 
 func (p *pushTrigger) Trigger(ctx context.Context, repoURL, branch string) {
-	logger := log.FromContext(ctx).WithName("webhook")
+	logger := p.logger
+	if logger.GetSink() == nil {
+		logger = log.FromContext(ctx)
+	}
+	logger = logger.WithName("webhook")
+	ctx = log.IntoContext(ctx, logger) // for the shard's forward
 	if p.elected != nil && p.shard == nil {
 		select {
 		case <-p.elected:

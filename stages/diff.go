@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/fluxcd/cli-utils/pkg/object"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/failure"
 )
 
 // DiffAction is what applying a revision would do to one object.
@@ -230,14 +232,11 @@ func (e *Executor) DiffPlan(ctx context.Context, plan *Plan, owner Owner, opts D
 		switch stage.Action {
 		case capstanv1.StageActionApply, "":
 			sd.Objects = make([]ObjectDiff, len(stage.Objects))
-			looks := make([]objectLook, len(stage.Objects))
-			e.each(stage.Objects, func(j int, obj *unstructured.Unstructured) {
-				looks[j] = e.diffObject(ctx, obj, stage.Name, owner, owners, pending)
-			})
+			looks, err := e.lookAll(ctx, stage, owner, owners, pending)
+			if err != nil {
+				return nil, err
+			}
 			for j, l := range looks {
-				if l.err != nil {
-					return nil, l.err
-				}
 				sd.Objects[j] = l.diff
 				d.addSecret(stage.Objects[j], l.live)
 				id := ObjectID(stage.Objects[j])
@@ -252,7 +251,7 @@ func (e *Executor) DiffPlan(ctx context.Context, plan *Plan, owner Owner, opts D
 			for _, obj := range stage.Objects {
 				od, err := e.diffDeletion(ctx, obj)
 				if err != nil {
-					return nil, err
+					return nil, e.unreachable(ctx, err)
 				}
 				if od != nil {
 					sd.Objects = append(sd.Objects, *od)
@@ -262,9 +261,12 @@ func (e *Executor) DiffPlan(ctx context.Context, plan *Plan, owner Owner, opts D
 		d.Stages[i] = sd
 	}
 	if err := e.diffPrune(ctx, d, plan, owner, opts); err != nil {
-		return nil, err
+		return nil, e.unreachable(ctx, err)
 	}
 	if err := e.diffRollouts(ctx, d, plan, dryRuns, lives); err != nil {
+		if IsUnanswered(err) {
+			return nil, e.unreachable(ctx, err)
+		}
 		return nil, err
 	}
 	handed := map[string]int{}
@@ -288,6 +290,51 @@ type objectLook struct {
 	err    error                      // only for what stops the whole diff
 }
 
+// lookAll looks at every object of an apply stage, e.concurrency at a
+// time. The first object that finds the cluster gone (IsUnanswered) stops
+// the others: they would only wait for the same silence, each up to the
+// dialer's timeout, and its error is the stage's.
+func (e *Executor) lookAll(ctx context.Context, stage *Stage, owner Owner, owners *ownerLookup, pending definitions) ([]objectLook, error) {
+	looks := make([]objectLook, len(stage.Objects))
+	lookCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var (
+		once  sync.Once
+		first error
+	)
+	e.each(stage.Objects, func(j int, obj *unstructured.Unstructured) {
+		if lookCtx.Err() != nil {
+			return
+		}
+		looks[j] = e.diffObject(lookCtx, obj, stage.Name, owner, owners, pending)
+		if looks[j].err != nil {
+			once.Do(func() { first = looks[j].err; stop() })
+		}
+	})
+	if first == nil && ctx.Err() != nil {
+		// Ended before some object was looked at.
+		first = fmt.Errorf("look at the objects of stage %s: %w", stage.Name, ctx.Err())
+	}
+	if first != nil {
+		return nil, e.unreachable(ctx, first)
+	}
+	return looks, nil
+}
+
+// unreachable makes err, which stopped the whole look, the cluster being
+// unreachable, unless the caller's context ended: then nothing was learnt
+// about the cluster, and err says the context ended.
+func (e *Executor) unreachable(ctx context.Context, err error) error {
+	if ctx.Err() != nil || IsUnreachable(err) {
+		return err
+	}
+	name := LocalClusterName
+	if e.cluster != nil {
+		name = e.cluster.Name()
+	}
+	return &UnreachableError{Cluster: name, Err: err}
+}
+
 // diffObject dry-runs the apply of one object and compares the result
 // with the live object, the way the executor decides to apply it.
 func (e *Executor) diffObject(ctx context.Context, obj *unstructured.Unstructured, stage string, owner Owner, owners *ownerLookup, pending definitions) objectLook {
@@ -296,13 +343,13 @@ func (e *Executor) diffObject(ctx context.Context, obj *unstructured.Unstructure
 	dryRun := applied.DeepCopy()
 	err := e.client.Patch(ctx, dryRun, client.Apply, client.DryRunAll, client.ForceOwnership, client.FieldOwner(FieldManager))
 	if err != nil {
-		if why := pending.explains(obj, err); why != "" {
+		if why := pending.explains(obj, err); why != "" && !IsUnanswered(err) {
 			// Served or created only once an earlier object of the
 			// plan is applied: a create the server cannot check yet.
 			od.Action, od.Note = DiffCreate, why
 			return objectLook{diff: od}
 		}
-		return e.lookFailed(od, obj, err)
+		return e.lookFailed(od, obj, "dry-run", err)
 	}
 	if dryRun.GetResourceVersion() == "" {
 		od.Action = DiffCreate
@@ -315,10 +362,20 @@ func (e *Executor) diffObject(ctx context.Context, obj *unstructured.Unstructure
 			od.Action = DiffCreate
 			return objectLook{diff: od, dryRun: dryRun}
 		}
-		return e.lookFailed(od, obj, err)
+		return e.lookFailed(od, obj, "read", err)
 	}
 	if err := owners.check(ctx, obj, live, owner); err != nil {
-		od.Action, od.Error = DiffConflict, err.Error()
+		switch {
+		case failure.ReasonOf(err, "") == ReasonOwnershipConflict:
+			od.Action = DiffConflict
+		case IsUnanswered(err):
+			// The ClusterDeployments live in the cluster Capstan runs in,
+			// which may be another one than the object's.
+			return objectLook{err: &UnreachableError{Cluster: LocalClusterName, Err: fmt.Errorf("check the owner of %s: %w", ObjectRef(obj), err)}}
+		default:
+			od.Action = DiffFailed
+		}
+		od.Error = err.Error()
 		return objectLook{diff: od, live: live}
 	}
 	od.Fields = FieldDiffs(live, dryRun)
@@ -329,11 +386,13 @@ func (e *Executor) diffObject(ctx context.Context, obj *unstructured.Unstructure
 	return objectLook{diff: od, dryRun: dryRun, live: live}
 }
 
-// lookFailed records why an object could not be dry-run or read. A
-// cluster that stopped answering stops the whole diff.
-func (e *Executor) lookFailed(od ObjectDiff, obj *unstructured.Unstructured, err error) objectLook {
-	if isNetworkError(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return objectLook{err: fmt.Errorf("dry-run %s: %w", ObjectRef(obj), err)}
+// lookFailed records why an object could not be dry-run or read (verb).
+// A cluster that stopped answering (IsUnanswered) stops the whole diff:
+// every object after it would fail alike, and a plan of objects that all
+// "fail" blames the revision for the cluster.
+func (e *Executor) lookFailed(od ObjectDiff, obj *unstructured.Unstructured, verb string, err error) objectLook {
+	if IsUnanswered(err) {
+		return objectLook{err: fmt.Errorf("%s %s: %w", verb, ObjectRef(obj), err)}
 	}
 	classified := classifyApplyError(obj, err)
 	od.Action, od.Error = DiffFailed, classified.Error()
@@ -385,10 +444,12 @@ func (e *Executor) diffDeletion(ctx context.Context, obj *unstructured.Unstructu
 	live.SetGroupVersionKind(obj.GroupVersionKind())
 	err := e.client.Get(ctx, client.ObjectKeyFromObject(obj), live)
 	switch {
+	case IsUnanswered(err):
+		// Before NoMatch: discovery joins the groups it could not reach
+		// with those it found missing.
+		return nil, fmt.Errorf("look up %s: %w", ObjectRef(obj), err)
 	case apierrors.IsNotFound(err), meta.IsNoMatchError(err):
 		return nil, nil
-	case err != nil && isNetworkError(err):
-		return nil, fmt.Errorf("look up %s: %w", ObjectRef(obj), err)
 	case err != nil:
 		od.Action, od.Error = DiffFailed, fmt.Sprintf("look up %s: %v", ObjectRef(obj), err)
 		return &od, nil
@@ -402,7 +463,7 @@ func (e *Executor) diffDeletion(ctx context.Context, obj *unstructured.Unstructu
 func (e *Executor) diffPrune(ctx context.Context, d *PlanDiff, plan *Plan, owner Owner, opts DiffOptions) error {
 	for _, stage := range Stale(opts.Inventory, plan) {
 		res, err := e.Prune(ctx, stage.Entries, owner, PruneOptions{Destructive: opts.Destructive, DryRun: true})
-		if err != nil && isNetworkError(err) {
+		if slices.ContainsFunc(unjoin(err), IsUnanswered) {
 			return fmt.Errorf("look up what the revision drops: %w", err)
 		}
 		versions := map[string]string{}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -95,6 +97,11 @@ type UnreachableError struct {
 }
 
 func (e *UnreachableError) Error() string {
+	if e.Cluster == LocalClusterName {
+		// "cluster of local" says nothing; the local cluster is the one
+		// Capstan (or the CLI's --kubeconfig) talks to without a Secret.
+		return "cluster unreachable: " + e.Err.Error()
+	}
 	return "cluster of " + e.Cluster + " unreachable: " + e.Err.Error()
 }
 
@@ -155,6 +162,52 @@ func isNetworkError(err error) bool {
 		}
 	}
 	return false
+}
+
+// IsUnanswered reports whether err is of a request that got no answer
+// about the object it was for, so that it stops a look at the whole
+// cluster instead of being that object's problem:
+//
+//   - no answer came: a connection refused, reset or cut, a name that
+//     does not resolve, TLS, a transport timeout (isNetworkError); any
+//     failed round trip (client-go wraps every request that got no HTTP
+//     response in a *url.Error, whatever the transport said); a context
+//     that ended;
+//   - the API server, or what stands in front of it, answered that it
+//     serves no request now: 503 (shutting down, or a load balancer with
+//     no API server behind it), 502 (only a proxy says it), 504 and
+//     ServerTimeout (the server or its storage could not finish in time),
+//     429 after client-go's own retries (priority and fairness turns
+//     Capstan's requests away, whatever the object);
+//   - 401: the cluster does not take the credentials; no object is to
+//     blame.
+//
+// An answer about the object is not: Invalid, BadRequest, Forbidden,
+// NotFound, Conflict, RequestEntityTooLarge, a kind not served. Nor is an
+// InternalError: the API server sends it when a webhook of the object's
+// kind fails or does not answer (it answered, about this object; others
+// go through), and a 500 without a reason, which server-side apply gives
+// for a field of the wrong type. The one 503 that is about an object's
+// kind, an aggregated API whose server is down, is taken for the cluster:
+// it cannot be told from a load balancer's 503, and a stage applying such
+// an object would wait on that API anyway.
+func IsUnanswered(err error) bool {
+	if err == nil {
+		return false
+	}
+	var status apierrors.APIStatus
+	answered := errors.As(err, &status)
+	var transport *url.Error
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), isNetworkError(err):
+		return true
+	case errors.As(err, &transport) && !answered:
+		return true
+	case apierrors.IsServiceUnavailable(err), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err),
+		apierrors.IsTooManyRequests(err), apierrors.IsUnauthorized(err):
+		return true
+	}
+	return answered && status.Status().Code == http.StatusBadGateway
 }
 
 // classifyApplyError names the object and gives an error of the API server

@@ -470,7 +470,7 @@ func (e *Executor) dryRunOne(ctx context.Context, obj *unstructured.Unstructured
 	if pending.explains(obj, err) != "" {
 		return nil, nil
 	}
-	look := e.lookFailed(newObjectDiff(obj), obj, err)
+	look := e.lookFailed(newObjectDiff(obj), obj, "dry-run", err)
 	if look.err != nil {
 		return nil, look.err
 	}

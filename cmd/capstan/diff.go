@@ -16,6 +16,7 @@ import (
 	"golang.org/x/term"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -97,7 +98,9 @@ The deployment's identity, profile and inventory come from --deployment
 namesake gives the inventory when it exists).
 
 Exit status: 0 when nothing would change, 1 when something would (or an
-object would fail), 2 when the diff itself failed.`,
+object would fail), 2 when the diff itself failed, the cluster not
+answering included: a cluster that cannot be reached is never reported as
+objects that would fail.`,
 		Example: `  capstan diff --root examples -f examples/clusters/demo/clusterdeployment.yaml
   capstan diff --root . clusters/edge-01 --deployment capstan-system/edge-01
   capstan diff --root . -f clusters/edge-01/clusterdeployment.yaml -o json
@@ -137,6 +140,25 @@ func (f *diffFlags) run(ctx context.Context, out, errOut io.Writer, args []strin
 	if err != nil {
 		return false, err
 	}
+	changed, err := f.diff(ctx, cfg, out, errOut, args)
+	return changed, notReached(ctx, cfg.Host, err)
+}
+
+// notReached says of err, when it is of a cluster that did not answer
+// (the API server down, a load balancer without it, a timeout), that
+// nothing was compared and what to check: a diff that could not look is
+// not a diff with problems.
+func notReached(ctx context.Context, host string, err error) error {
+	if err == nil || ctx.Err() != nil || !(stages.IsUnreachable(err) || stages.IsUnanswered(err)) {
+		return err
+	}
+	return fmt.Errorf("the cluster at %s could not be reached, so nothing was compared: %w\n"+
+		"check that its API server is up and answers (kubectl get --raw /readyz with the same --kubeconfig and --context), "+
+		"and that --kubeconfig and --context name the cluster you mean", host, err)
+}
+
+// diff is run once the cluster's address is known.
+func (f *diffFlags) diff(ctx context.Context, cfg *rest.Config, out, errOut io.Writer, args []string) (bool, error) {
 	c, err := client.NewWithWatch(cfg, client.Options{Scheme: reconciler.Scheme()})
 	if err != nil {
 		return false, fmt.Errorf("connect to %s: %w", cfg.Host, err)

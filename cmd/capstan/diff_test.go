@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/internal/testenv"
 	"github.com/capstan-dev/capstan/reconciler"
 	"github.com/capstan-dev/capstan/render"
 	"github.com/capstan-dev/capstan/stages"
@@ -30,7 +31,7 @@ var plantedDiffSecrets = []string{"planted-diff-secret-v1-93b1", "planted-diff-s
 // applies revision v1 of testdata/diff as ClusterDeployment
 // capstan-system/shop would: stage by stage, owner labels, inventory and
 // revision in its status.
-func startShopCluster(t *testing.T) string {
+func startShopCluster(t *testing.T) *testenv.Env {
 	t.Helper()
 	env, ctx := startControlPlane(t)
 	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: reconciler.Scheme()})
@@ -75,7 +76,7 @@ func startShopCluster(t *testing.T) string {
 	if err := c.Status().Update(ctx, cd); err != nil {
 		t.Fatal(err)
 	}
-	return env.KubeconfigPath
+	return env
 }
 
 // serverURL is the test API server's address, which changes per run.
@@ -93,7 +94,8 @@ func exitCode(err error) int {
 }
 
 func TestDiffCommand(t *testing.T) {
-	kubeconfig := startShopCluster(t)
+	env := startShopCluster(t)
+	kubeconfig := env.KubeconfigPath
 	args := func(more ...string) []string {
 		return append([]string{"diff", "--root", diffRoot, "--kubeconfig", kubeconfig}, more...)
 	}
@@ -195,6 +197,30 @@ func TestDiffCommand(t *testing.T) {
 			if err := os.WriteFile("../../reconciler/report/testdata/plan/shop.json", []byte(out), 0o644); err != nil {
 				t.Fatal(err)
 			}
+		}
+	})
+
+	// Last: it stops the API server.
+	t.Run("an API server that does not answer exits 2, says so and what to check, and lists no object", func(t *testing.T) {
+		if err := env.StopAPIServer(); err != nil {
+			t.Fatal(err)
+		}
+		out, err := runCLI(t, args("--deployment", "capstan-system/shop", "v2")...)
+		if code := exitCode(err); code != diffExitError {
+			t.Fatalf("exit code %d (%v), want %d; output:\n%s", code, err, diffExitError, out)
+		}
+		msg := serverURL.ReplaceAllString(err.Error(), "https://127.0.0.1:PORT")
+		for _, want := range []string{
+			"the cluster at https://127.0.0.1:PORT could not be reached, so nothing was compared",
+			"connection refused",
+			"check that its API server is up and answers",
+		} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("error lacks %q:\n%s", want, msg)
+			}
+		}
+		if out != "" {
+			t.Errorf("printed a diff for a cluster it could not reach:\n%s", out)
 		}
 	})
 }
