@@ -188,11 +188,12 @@ func (e *Executor) checkAvailable(ctx context.Context, stage *Stage) (Result, bo
 }
 
 // unreachableAsWaiting turns a failed attempt on a remote cluster whose
-// cause is the path to that cluster (it went away during the attempt) into
+// cause is the path to that cluster (it went away during the attempt, or
+// answers for none of its objects: IsUnanswered, as a diff judges it) into
 // waiting for it. The cluster Capstan runs in is never judged so: if it
 // does not answer, the daemon cannot record anything either.
 func (e *Executor) unreachableAsWaiting(res Result) Result {
-	if res.State != capstanv1.StageFailed || !e.remote() || IsStalled(res.Err) || !isNetworkError(res.Err) {
+	if res.State != capstanv1.StageFailed || !e.remote() || IsStalled(res.Err) || !IsUnanswered(res.Err) {
 		return res
 	}
 	changes, applied := res.ChangeSet, res.Applied
