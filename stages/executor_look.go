@@ -30,6 +30,20 @@ const lookListShare = 4
 
 // look returns the live object of each of objects, nil where there is none.
 func (e *Executor) look(ctx context.Context, objects []*unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
+	return e.lookBy(ctx, objects, nil)
+}
+
+// lookOwned is look for objects owner applied: their LISTs select them by
+// the owner labels Capstan applies with them, so that a namespace holding
+// many more objects of the kind (a fleet of deployments) costs one LIST
+// per kind rather than a GET per object. An object the LIST misses
+// (deleted, or its labels removed by hand) is read with a GET.
+func (e *Executor) lookOwned(ctx context.Context, objects []*unstructured.Unstructured, owner Owner) ([]*unstructured.Unstructured, error) {
+	return e.lookBy(ctx, objects, client.MatchingLabels{OwnerNameLabel: owner.Name, OwnerNamespaceLabel: owner.Namespace})
+}
+
+// lookBy is look, its LISTs narrowed by selector when it is set.
+func (e *Executor) lookBy(ctx context.Context, objects []*unstructured.Unstructured, selector client.MatchingLabels) ([]*unstructured.Unstructured, error) {
 	live := make([]*unstructured.Unstructured, len(objects))
 	groups := map[groupKey][]int{}
 	var keys []groupKey
@@ -56,7 +70,7 @@ func (e *Executor) look(ctx context.Context, objects []*unstructured.Unstructure
 			continue
 		}
 		g.Go(func() error {
-			if err := e.lookList(ctx, k, idx, objects, live); err != nil {
+			if err := e.lookList(ctx, k, idx, objects, live, selector); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -73,8 +87,10 @@ func (e *Executor) look(ctx context.Context, objects []*unstructured.Unstructure
 // paged LIST of their kind in their namespace. The first page holds a few
 // times the group; when the kind has many more objects there than that,
 // the objects not seen on it are read with a GET each (lookRest), so that
-// a stage among thousands of other objects does not read them all.
-func (e *Executor) lookList(ctx context.Context, k groupKey, idx []int, objects, live []*unstructured.Unstructured) error {
+// a stage among thousands of other objects does not read them all. With
+// a selector, the LIST reads only the objects it selects, every page of
+// them; those it does not hold are read with a GET each.
+func (e *Executor) lookList(ctx context.Context, k groupKey, idx []int, objects, live []*unstructured.Unstructured, selector client.MatchingLabels) error {
 	want := make(map[string]int, len(idx))
 	for _, i := range idx {
 		want[objects[i].GetName()] = i
@@ -82,6 +98,10 @@ func (e *Executor) lookList(ctx context.Context, k groupKey, idx []int, objects,
 	opts := []client.ListOption{client.Limit(int64(min(lookListShare*len(idx), lookPageSize)))}
 	if k.namespace != "" {
 		opts = append(opts, client.InNamespace(k.namespace))
+	}
+	if selector != nil {
+		opts[0] = client.Limit(lookPageSize)
+		opts = append(opts, selector)
 	}
 	for cont := ""; ; {
 		list := &unstructured.UnstructuredList{}
@@ -95,10 +115,16 @@ func (e *Executor) lookList(ctx context.Context, k groupKey, idx []int, objects,
 				delete(want, list.Items[j].GetName())
 			}
 		}
-		if cont = list.GetContinue(); cont == "" || len(want) == 0 {
+		if cont = list.GetContinue(); len(want) == 0 {
 			return nil
 		}
-		if remaining := list.GetRemainingItemCount(); remaining == nil || *remaining > int64(lookListShare*len(idx)) {
+		if cont == "" {
+			if selector != nil {
+				return e.lookRest(ctx, want, objects, live)
+			}
+			return nil
+		}
+		if remaining := list.GetRemainingItemCount(); selector == nil && (remaining == nil || *remaining > int64(lookListShare*len(idx))) {
 			return e.lookRest(ctx, want, objects, live)
 		}
 		opts[0] = client.Limit(lookPageSize)

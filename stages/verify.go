@@ -13,9 +13,10 @@ import (
 // an object missing is CreatedAction, one the apply would change
 // ConfiguredAction, the others UnchangedAction, in the order of objects.
 // Each object that exists is checked for ownership first, as an apply
-// checks it. It costs what a stage's look and dry runs cost: a LIST per
-// kind and namespace that holds many of them (a GET each for the others)
-// and a server-side dry run per object that exists.
+// checks it. It costs a LIST per kind and namespace that holds many of
+// them, selected by owner's labels (a GET each for the others, and for
+// those the LIST misses), and a server-side dry run per object that
+// exists.
 //
 // It is how Capstan finds what changed while it did not watch (the drift
 // watch judges only the writes it sees): once per deployment after a
@@ -31,7 +32,7 @@ func (e *Executor) Verify(ctx context.Context, objects []*unstructured.Unstructu
 	for i, obj := range objects {
 		prepared[i] = ownedBy(obj, stage, owner)
 	}
-	live, err := e.look(ctx, prepared)
+	live, err := e.lookOwned(ctx, prepared, owner)
 	if err != nil {
 		return nil, err
 	}
