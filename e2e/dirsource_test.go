@@ -21,18 +21,7 @@ func TestDirRootAppliesEditsWithoutPolling(t *testing.T) {
 	c := newClient(t)
 	ns := newNamespace(t)
 	root := t.TempDir()
-	write := func(files map[string]string) {
-		t.Helper()
-		for name, content := range files {
-			p := filepath.Join(root, name)
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	write := func(files map[string]string) { writeFiles(t, root, files) }
 	files := rootCluster("gamma", ns)
 	files["clusters/gamma/clusterdeployment.yaml"] = `apiVersion: capstan.dev/v1alpha1
 kind: ClusterDeployment
@@ -66,5 +55,20 @@ data: {cluster: gamma, edited: "yes"}
 	cm := object(t, c, configMapGVK, ns, "gamma-settings")
 	if got, _, _ := unstructured.NestedString(cm.Object, "data", "edited"); got != "yes" {
 		t.Errorf("gamma-settings data.edited = %q after the edit, want yes", got)
+	}
+}
+
+// writeFiles writes files (path relative to root -> content) under root,
+// making their directories.
+func writeFiles(t testing.TB, root string, files map[string]string) {
+	t.Helper()
+	for name, content := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

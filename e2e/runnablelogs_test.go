@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -93,18 +91,7 @@ func TestDaemonRunnablesLogToTheDaemonsLogger(t *testing.T) {
 
 	t.Run("directory root, watched", func(t *testing.T) {
 		root := t.TempDir()
-		write := func(files map[string]string) {
-			t.Helper()
-			for name, content := range files {
-				p := filepath.Join(root, name)
-				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		write := func(files map[string]string) { writeFiles(t, root, files) }
 		write(rootCluster("gamma", ns))
 		src, err := dir.New(dir.Options{Path: root, Debounce: 50 * time.Millisecond})
 		if err != nil {

@@ -276,13 +276,7 @@ func TestApplyAmongManyObjectsDoesNotListThemAll(t *testing.T) {
 	ctx := testContext(t)
 	c, log := newClient(t)
 	e := stages.NewExecutor(c)
-	others := make([]*unstructured.Unstructured, 200)
-	for i := range others {
-		others[i] = configMap(ns, fmt.Sprintf("other-%03d", i), map[string]any{"v": "x"})
-	}
-	if _, err := e.Apply(ctx, others, "Others", stages.Owner{Name: "others", Namespace: ns}); err != nil {
-		t.Fatal(err)
-	}
+	applyOthers(t, e, ns, "other")
 	mine := configMaps(ns, 10, "a")
 	mark := log.mark()
 	cs, err := e.Apply(ctx, mine, "Config", owner)
@@ -295,5 +289,18 @@ func TestApplyAmongManyObjectsDoesNotListThemAll(t *testing.T) {
 	got := countRequests(log.since(mark))
 	if got.lists != 1 || got.gets > len(mine) || got.applies != len(mine) {
 		t.Errorf("requests %+v, want one LIST page, at most a GET per object and an apply each", got)
+	}
+}
+
+// applyOthers applies 200 ConfigMaps named prefix-000 ... into ns for
+// another deployment: the many objects of a fleet's namespace.
+func applyOthers(t *testing.T, e *stages.Executor, ns, prefix string) {
+	t.Helper()
+	others := make([]*unstructured.Unstructured, 200)
+	for i := range others {
+		others[i] = configMap(ns, fmt.Sprintf("%s-%03d", prefix, i), map[string]any{"v": "x"})
+	}
+	if _, err := e.Apply(testContext(t), others, "Others", stages.Owner{Name: "others", Namespace: ns}); err != nil {
+		t.Fatal(err)
 	}
 }

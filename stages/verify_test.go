@@ -1,12 +1,10 @@
 package stages_test
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/fluxcd/pkg/ssa"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capstan-dev/capstan/stages"
@@ -22,13 +20,7 @@ func TestVerifyFindsWhatChangedAndWritesNothing(t *testing.T) {
 	ctx := testContext(t)
 	c, log := newClient(t)
 	e := stages.NewExecutor(c)
-	others := make([]*unstructured.Unstructured, 200)
-	for i := range others {
-		others[i] = configMap(ns, fmt.Sprintf("a-other-%03d", i), map[string]any{"v": "x"})
-	}
-	if _, err := e.Apply(ctx, others, "Others", stages.Owner{Name: "others", Namespace: ns}); err != nil {
-		t.Fatal(err)
-	}
+	applyOthers(t, e, ns, "a-other")
 	mine := configMaps(ns, 10, "a")
 	if _, err := e.Apply(ctx, mine, "Config", owner); err != nil {
 		t.Fatal(err)
