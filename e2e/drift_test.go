@@ -557,3 +557,77 @@ func TestDriftWhileNoCapstanRanIsFoundAtStartOnRemoteCluster(t *testing.T) {
 		t.Error("the daemon's log holds the kubeconfig's token")
 	}
 }
+
+// The look after a start follows spec.drift: under report it tells and
+// counts what changed while no Capstan watched and leaves it; under
+// ignore it does not look at all (no dry run).
+func TestDriftWhileNoCapstanRanFollowsTheDriftPolicy(t *testing.T) {
+	c := newClient(t)
+	first, _ := startDaemon(t, nil)
+	namespaces := map[capstanv1.DriftPolicy]string{}
+	for _, policy := range []capstanv1.DriftPolicy{capstanv1.DriftReport, capstanv1.DriftIgnore} {
+		ns := newNamespace(t)
+		url, err := gitSrv.CreateRepo(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objects := strings.Replace(cm("removed", "A"), "data: {k: v}", "data: {k: v, gone: v}", 1)
+		if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, ownedRepo(objects), "v1"); err != nil {
+			t.Fatal(err)
+		}
+		spec := ownedSpec(url, ns, gitSecret(t, c, ns), "A")
+		spec.Drift = policy
+		createDeployment(t, c, ns, "owned", spec)
+		waitDeployment(t, c, ns, "owned", "Ready", isReady)
+		namespaces[policy] = ns
+	}
+	stopDaemon(first)
+	for _, ns := range namespaces {
+		live := &corev1.ConfigMap{}
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "removed"}, live); err != nil {
+			t.Fatal(err)
+		}
+		delete(live.Data, "gone")
+		if err := c.Update(context.Background(), live, client.FieldOwner("kubectl-edit")); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	reg := prometheus.NewRegistry()
+	_, api := startDaemonWith(t, nil, func(o *reconciler.Options) { o.MetricsRegistry = reg })
+	reported, ignored := namespaces[capstanv1.DriftReport], namespaces[capstanv1.DriftIgnore]
+	waitFor(t, "a DriftDetected event for what changed while no Capstan watched", func() (bool, error) {
+		return strings.Contains(eventMessages(t, c, reported, "owned", "DriftDetected"), "while no Capstan watched it; spec.drift is report"), nil
+	})
+	if n := driftCount(t, reg, reported, "owned", "reported"); n != 1 {
+		t.Errorf("capstan_drift_corrections_total{action=reported} = %v, want 1", n)
+	}
+	// Both polled three more times: nothing applied in either, and the
+	// ignored deployment was not even looked at.
+	polls := map[string]int64{}
+	for _, ns := range namespaces {
+		polls[ns] = gitSrv.RequestsTo("/" + ns + ".git/info/refs")
+	}
+	waitFor(t, "three more polls of each remote", func() (bool, error) {
+		for ns, n := range polls {
+			if gitSrv.RequestsTo("/"+ns+".git/info/refs") < n+3 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	for _, ns := range namespaces {
+		if n := appliesTo(api, ns, "configmaps", "removed"); n != 0 {
+			t.Errorf("ConfigMap %s/removed applied %d times, want 0", ns, n)
+		}
+		if gone := object(t, c, configMapGVK, ns, "removed").Object["data"].(map[string]any)["gone"]; gone != nil {
+			t.Errorf("ConfigMap %s/removed got its key back (%v)", ns, gone)
+		}
+	}
+	if n := api.total("PATCH(dry-run)", "/namespaces/"+ignored+"/"); n != 0 {
+		t.Errorf("%d dry runs in the namespace of the deployment with spec.drift: ignore, want none", n)
+	}
+	if msg := eventMessages(t, c, ignored, "owned", "DriftDetected") + eventMessages(t, c, ignored, "owned", "DriftCorrected"); msg != "" {
+		t.Errorf("drift events for the deployment with spec.drift: ignore: %q", msg)
+	}
+}

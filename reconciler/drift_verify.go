@@ -42,6 +42,9 @@ type verifyGroup struct {
 // noted of them meanwhile (the first listing of a kind finding one
 // missing) is about the state this look handled.
 func (r *Reconciler) verifyDesired(ctx context.Context, cd *capstanv1.ClusterDeployment, set *desiredSet, plan *stages.Plan) (map[driftKey]bool, error) {
+	if cd.Spec.Drift == capstanv1.DriftIgnore {
+		return nil, nil
+	}
 	order := map[string]int{}
 	for i := range plan.Stages {
 		order[plan.Stages[i].Name] = i
