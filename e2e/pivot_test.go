@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"slices"
@@ -383,11 +384,16 @@ func TestPivotStageResumesAfterARestartAtEveryPhase(t *testing.T) {
 			t.Errorf("ConfigMap %s is in the source", name)
 		}
 	}
-	mirror := getDeployment(t, c, ns, "movable")
-	if !mirror.Spec.Suspend || mirror.Annotations[pivot.MirrorAnnotation] == "" || stage(mirror, "Pivot").State != capstanv1.StageReady {
-		t.Errorf("the source's deployment: suspend %t, annotations %v, Pivot %s; want a suspended mirror with its pivot done",
-			mirror.Spec.Suspend, mirror.Annotations, stage(mirror, "Pivot").State)
-	}
+	// The mirror follows the target's status every MirrorInterval: a
+	// source daemon restarted late in the move may leave the pivot stage
+	// to the first refresh.
+	waitFor(t, "the source's deployment a suspended mirror with its pivot done", func() (bool, error) {
+		mirror := getDeployment(t, c, ns, "movable")
+		if !mirror.Spec.Suspend || mirror.Annotations[pivot.MirrorAnnotation] == "" || stage(mirror, "Pivot").State != capstanv1.StageReady {
+			return false, fmt.Errorf("suspend %t, annotations %v, Pivot %s", mirror.Spec.Suspend, mirror.Annotations, stage(mirror, "Pivot").State)
+		}
+		return true, nil
+	})
 	targetID := targetIDOf(t, tc)
 	for side, cl := range map[string]client.Client{"source": c, "target": tc} {
 		if holder, err := pivot.FenceHolder(ctx, cl, ns, "movable"); err != nil || holder != targetID {
