@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
-	"github.com/capstan-dev/capstan/internal/gitserver"
 	"github.com/capstan-dev/capstan/reconciler"
 )
 
@@ -80,14 +79,7 @@ func TestDriftIsCorrectedOnRemoteCluster(t *testing.T) {
 	tg := startTarget(t)
 	c := newClient(t)
 	ns := newNamespace(t)
-	url, err := gitSrv.CreateRepo(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	namespace := "apiVersion: v1\nkind: Namespace\nmetadata: {name: '${NS}', labels: {capstan.dev/stage: A}}\n---\n"
-	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, ownedRepo(namespace+cm("deleted", "A")+cm("edited", "A")), "v1"); err != nil {
-		t.Fatal(err)
-	}
+	url := pushOwned(t, ns, namespaceInA+cm("deleted", "A")+cm("edited", "A"))
 	kubeconfig, remote, unplug := tg.counted(t)
 	writeKubeconfigSecret(t, c, ns, "target-kubeconfig", kubeconfig)
 	reg := prometheus.NewRegistry()
@@ -252,14 +244,8 @@ func waitDriftWatch(t testing.TB, logs *logBuffer, kind string) {
 func TestDriftOfARemovedFieldIsCorrected(t *testing.T) {
 	c := newClient(t)
 	ns := newNamespace(t)
-	url, err := gitSrv.CreateRepo(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objects := strings.Replace(cm("shrunk", "A"), "data: {k: v}", "data: {k: v, gone: v}", 1)
-	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, ownedRepo(objects), "v1"); err != nil {
-		t.Fatal(err)
-	}
+	objects := cmWithGone("shrunk")
+	url := pushOwned(t, ns, objects)
 	reg := prometheus.NewRegistry()
 	logs := &logBuffer{}
 	_, api := startDaemonWith(t, nil, func(o *reconciler.Options) { o.MetricsRegistry, o.Logger = reg, logs.logger() })
@@ -359,14 +345,8 @@ func setDrift(t testing.TB, c client.Client, ns string, drift capstanv1.DriftPol
 func TestDriftWhileALaterStageWaitsIsCorrectedAtReady(t *testing.T) {
 	c := newClient(t)
 	ns := newNamespace(t)
-	url, err := gitSrv.CreateRepo(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objects := strings.Replace(cm("early", "A"), "data: {k: v}", "data: {k: v, gone: v}", 1) + cm("gate", "B")
-	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, ownedRepo(objects), "v1"); err != nil {
-		t.Fatal(err)
-	}
+	objects := cmWithGone("early") + cm("gate", "B")
+	url := pushOwned(t, ns, objects)
 	reg := prometheus.NewRegistry()
 	logs := &logBuffer{}
 	_, api := startDaemonWith(t, nil, func(o *reconciler.Options) { o.MetricsRegistry, o.Logger = reg, logs.logger() })
@@ -425,15 +405,9 @@ func TestDriftWhileALaterStageWaitsIsCorrectedAtReady(t *testing.T) {
 func TestDriftWhileNoCapstanRanIsFoundAtStart(t *testing.T) {
 	c := newClient(t)
 	ns := newNamespace(t)
-	url, err := gitSrv.CreateRepo(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objects := strings.Replace(cm("removed", "A"), "data: {k: v}", "data: {k: v, gone: v}", 1) +
+	objects := cmWithGone("removed") +
 		cm("taken", "A") + cm("deleted", "A") + cm("unchanged", "A")
-	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, ownedRepo(objects), "v1"); err != nil {
-		t.Fatal(err)
-	}
+	url := pushOwned(t, ns, objects)
 	first, _ := startDaemon(t, nil)
 	createDeployment(t, c, ns, "owned", ownedSpec(url, ns, gitSecret(t, c, ns), "A"))
 	waitDeployment(t, c, ns, "owned", "Ready", isReady)
@@ -503,15 +477,8 @@ func TestDriftWhileNoCapstanRanIsFoundAtStartOnRemoteCluster(t *testing.T) {
 	tg := startTarget(t)
 	c := newClient(t)
 	ns := newNamespace(t)
-	url, err := gitSrv.CreateRepo(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	namespace := "apiVersion: v1\nkind: Namespace\nmetadata: {name: '${NS}', labels: {capstan.dev/stage: A}}\n---\n"
-	removed := strings.Replace(cm("removed", "A"), "data: {k: v}", "data: {k: v, gone: v}", 1)
-	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, ownedRepo(namespace+removed), "v1"); err != nil {
-		t.Fatal(err)
-	}
+	removed := cmWithGone("removed")
+	url := pushOwned(t, ns, namespaceInA+removed)
 	kubeconfig, remote, unplug := tg.counted(t)
 	writeKubeconfigSecret(t, c, ns, "target-kubeconfig", kubeconfig)
 	first, _ := startDaemon(t, nil)
@@ -567,14 +534,8 @@ func TestDriftWhileNoCapstanRanFollowsTheDriftPolicy(t *testing.T) {
 	namespaces := map[capstanv1.DriftPolicy]string{}
 	for _, policy := range []capstanv1.DriftPolicy{capstanv1.DriftReport, capstanv1.DriftIgnore} {
 		ns := newNamespace(t)
-		url, err := gitSrv.CreateRepo(ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objects := strings.Replace(cm("removed", "A"), "data: {k: v}", "data: {k: v, gone: v}", 1)
-		if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, ownedRepo(objects), "v1"); err != nil {
-			t.Fatal(err)
-		}
+		objects := cmWithGone("removed")
+		url := pushOwned(t, ns, objects)
 		spec := ownedSpec(url, ns, gitSecret(t, c, ns), "A")
 		spec.Drift = policy
 		createDeployment(t, c, ns, "owned", spec)
@@ -630,4 +591,10 @@ func TestDriftWhileNoCapstanRanFollowsTheDriftPolicy(t *testing.T) {
 	if msg := eventMessages(t, c, ignored, "owned", "DriftDetected") + eventMessages(t, c, ignored, "owned", "DriftCorrected"); msg != "" {
 		t.Errorf("drift events for the deployment with spec.drift: ignore: %q", msg)
 	}
+}
+
+// cmWithGone is cm(name, "A") with a second data key, gone: the key the
+// tests remove by hand.
+func cmWithGone(name string) string {
+	return strings.Replace(cm(name, "A"), "data: {k: v}", "data: {k: v, gone: v}", 1)
 }

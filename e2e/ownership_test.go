@@ -38,6 +38,24 @@ func ownedRepo(objects string) map[string]string {
 	}
 }
 
+// namespaceInA is a Namespace named ${NS}, applied by stage A: what a
+// cluster reached through a kubeconfig needs before the objects in it.
+const namespaceInA = "apiVersion: v1\nkind: Namespace\nmetadata: {name: '${NS}', labels: {capstan.dev/stage: A}}\n---\n"
+
+// pushOwned creates the repository of namespace ns on the git server,
+// pushes objects as the overlay ownedSpec reads, and returns its URL.
+func pushOwned(t testing.TB, ns, objects string) string {
+	t.Helper()
+	url, err := gitSrv.CreateRepo(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gitSrv.Commit(ns, gitserver.DefaultBranch, ownedRepo(objects), "v1"); err != nil {
+		t.Fatal(err)
+	}
+	return url
+}
+
 func ownedSpec(url, ns, secret string, stageNames ...string) capstanv1.ClusterDeploymentSpec {
 	spec := capstanv1.ClusterDeploymentSpec{
 		Source: &capstanv1.SourceSpec{Git: &capstanv1.GitSource{
