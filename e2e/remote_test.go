@@ -462,4 +462,6 @@ func TestStagesOnRemoteClusters(t *testing.T) {
 		})
 		tg.assertNoToken(t, c, ns, "later")
 	})
+
+	t.Run("capstan diff compares each stage with its own cluster", func(t *testing.T) { diffAcrossClusters(t, tg) })
 }

@@ -143,19 +143,19 @@ func (p *prPlanner) PlanHead(ctx context.Context, cd *capstanv1.ClusterDeploymen
 		res.Err = err
 		return res, nil
 	}
-	exec, err := p.r.executorFor(ctx, cd, &stages.Stage{}, plan)
+	// Each stage is compared with the cluster it acts on. A cluster that
+	// stops answering during the dry run is DiffPlan's error
+	// (stages.IsUnreachable), never a plan whose objects all fail: nothing
+	// is commented, and the head is planned again later. Only the
+	// deployment's own cluster stops it so: another one leaves its stages
+	// not compared, and says so.
+	differ := clusterDiffer{home: p.r.executor, clusters: p.r.clusters}
+	d, err := differ.diff(ctx, cd, plan, DiffOptionsFor(cd.Spec, cd))
 	if err != nil {
 		if stages.IsStalled(err) {
 			res.Err = err
 			return res, nil
 		}
-		return res, err
-	}
-	// A cluster that stops answering during the dry run is DiffPlan's
-	// error (stages.IsUnreachable), never a plan whose objects all fail:
-	// nothing is commented, and the head is planned again later.
-	d, err := exec.DiffPlan(ctx, plan, stages.Owner{Name: cd.Name, Namespace: cd.Namespace}, DiffOptionsFor(cd.Spec, cd))
-	if err != nil {
 		return res, fmt.Errorf("dry run against the cluster: %w", err)
 	}
 	res.Diff = d

@@ -47,6 +47,10 @@ const (
 	DiffInvalid DiffAction = "invalid"
 	// DiffFailed: the object could not be looked at (e.g. RBAC denied).
 	DiffFailed DiffAction = "failed"
+	// DiffNotCompared: the object acts on a cluster the diff could not
+	// compare with (it does not exist yet, or does not answer); its
+	// stage's NotCompared says why.
+	DiffNotCompared DiffAction = "not-compared"
 )
 
 // ObjectDiff is what a revision would do to one object.
@@ -95,6 +99,12 @@ type StageDiff struct {
 	Why string `json:"why,omitempty"`
 	// Rollouts are the machine rollouts the stage's changes start.
 	Rollouts []RolloutDiff `json:"rollouts,omitempty"`
+	// Cluster names the cluster the stage acts on when it is not the
+	// one the diff runs against: the kubeconfig Secret that reaches it.
+	Cluster string `json:"cluster,omitempty"`
+	// NotCompared says why the stage's objects were not compared with
+	// its cluster; empty when they were.
+	NotCompared string `json:"notCompared,omitempty"`
 }
 
 // PlanDiff is what applying a plan would do to a live cluster: per stage
@@ -119,6 +129,9 @@ type PlanDiff struct {
 // DiffCounts counts the objects of a PlanDiff by action.
 type DiffCounts struct {
 	Create, Change, Unchanged, Delete, Held, Kept, Problems int
+	// NotCompared counts the objects of clusters the diff could not
+	// compare with.
+	NotCompared int
 }
 
 // Counts counts the diff's objects by action.
@@ -138,6 +151,8 @@ func (d *PlanDiff) Counts() DiffCounts {
 			c.Held++
 		case DiffKept:
 			c.Kept++
+		case DiffNotCompared:
+			c.NotCompared++
 		default:
 			c.Problems++
 		}
@@ -154,10 +169,11 @@ func (d *PlanDiff) Counts() DiffCounts {
 }
 
 // Changes reports whether applying the plan would change the cluster, or
-// fail: what `capstan diff` exits 1 for.
+// fail: what `capstan diff` exits 1 for. Objects not compared count: a
+// diff that could not look cannot say nothing changes.
 func (d *PlanDiff) Changes() bool {
 	c := d.Counts()
-	return c.Create+c.Change+c.Delete+c.Problems > 0 || len(d.Rollouts()) > 0
+	return c.Create+c.Change+c.Delete+c.Problems+c.NotCompared > 0 || len(d.Rollouts()) > 0
 }
 
 // Problems lists the objects that would stop their stage, in plan order.
@@ -462,26 +478,35 @@ func (e *Executor) diffDeletion(ctx context.Context, obj *unstructured.Unstructu
 // a prune would do to each: the executor's Prune, as a dry run.
 func (e *Executor) diffPrune(ctx context.Context, d *PlanDiff, plan *Plan, owner Owner, opts DiffOptions) error {
 	for _, stage := range Stale(opts.Inventory, plan) {
-		res, err := e.Prune(ctx, stage.Entries, owner, PruneOptions{Destructive: opts.Destructive, DryRun: true})
-		if slices.ContainsFunc(unjoin(err), IsUnanswered) {
-			return fmt.Errorf("look up what the revision drops: %w", err)
+		if err := e.diffPruneStage(ctx, d, stage, owner, opts.Destructive); err != nil {
+			return err
 		}
-		versions := map[string]string{}
-		for _, entry := range stage.Entries {
-			versions[entry.ID] = entry.Version
+	}
+	return nil
+}
+
+// diffPruneStage adds what a prune would do to the entries of one
+// inventory stage that the plan drops.
+func (e *Executor) diffPruneStage(ctx context.Context, d *PlanDiff, stage capstanv1.InventoryStage, owner Owner, destructive bool) error {
+	res, err := e.Prune(ctx, stage.Entries, owner, PruneOptions{Destructive: destructive, DryRun: true})
+	if slices.ContainsFunc(unjoin(err), IsUnanswered) {
+		return fmt.Errorf("look up what the revision drops: %w", err)
+	}
+	versions := map[string]string{}
+	for _, entry := range stage.Entries {
+		versions[entry.ID] = entry.Version
+	}
+	add := func(ids []string, action DiffAction, note string) {
+		for _, id := range ids {
+			d.Prune = append(d.Prune, pruneDiff(id, versions[id], stage.Name, action, note))
 		}
-		add := func(ids []string, action DiffAction, note string) {
-			for _, id := range ids {
-				d.Prune = append(d.Prune, pruneDiff(id, versions[id], stage.Name, action, note))
-			}
-		}
-		add(res.Deleting, DiffDelete, "")
-		add(res.Held, DiffHeld, "a destructive kind: kept until the deployment sets spec.prune.destructive")
-		add(res.Kept, DiffKept, PruneKey+": disabled: stays in the cluster, leaves the inventory")
-		for _, err := range unjoin(err) {
-			if err != nil {
-				d.Prune = append(d.Prune, ObjectDiff{Ref: "(prune)", Stage: stage.Name, Action: DiffFailed, Error: err.Error()})
-			}
+	}
+	add(res.Deleting, DiffDelete, "")
+	add(res.Held, DiffHeld, "a destructive kind: kept until the deployment sets spec.prune.destructive")
+	add(res.Kept, DiffKept, PruneKey+": disabled: stays in the cluster, leaves the inventory")
+	for _, err := range unjoin(err) {
+		if err != nil {
+			d.Prune = append(d.Prune, ObjectDiff{Ref: "(prune)", Stage: stage.Name, Action: DiffFailed, Error: err.Error()})
 		}
 	}
 	return nil

@@ -167,10 +167,6 @@ func (f *diffFlags) diff(ctx context.Context, cfg *rest.Config, out, errOut io.W
 	if err != nil {
 		return false, err
 	}
-	if target.spec.KubeConfig != nil {
-		fmt.Fprintf(errOut, "note: %s/%s acts on the cluster its spec.kubeConfig reaches; diff compares with the cluster of --kubeconfig (%s)\n",
-			target.owner.Namespace, target.owner.Name, cfg.Host)
-	}
 	var plan *stages.Plan
 	if f.pr != 0 {
 		plan, err = f.pullRequestPlan(ctx, c, target, errOut)
@@ -180,7 +176,7 @@ func (f *diffFlags) diff(ctx context.Context, cfg *rest.Config, out, errOut io.W
 	if err != nil {
 		return false, err
 	}
-	d, err := stages.NewExecutor(c).DiffPlan(ctx, plan, target.owner, reconciler.DiffOptionsFor(target.spec, target.live))
+	d, err := reconciler.DiffPreview(ctx, c, target.owner, target.spec, target.live, plan)
 	if err != nil {
 		return false, fmt.Errorf("diff against %s: %w", cfg.Host, err)
 	}
@@ -345,6 +341,8 @@ func diffMarker(a stages.DiffAction) string {
 		return "-"
 	case stages.DiffUnchanged, stages.DiffHeld, stages.DiffKept:
 		return "="
+	case stages.DiffNotCompared:
+		return "?"
 	}
 	return "!"
 }
@@ -363,6 +361,9 @@ func writeDiffText(b *strings.Builder, r diffReport) {
 	}
 	for _, s := range d.Stages {
 		fmt.Fprintf(b, "\nstage %s (%s)", s.Name, s.Action)
+		if s.Cluster != "" {
+			fmt.Fprintf(b, " on the cluster of %s", s.Cluster)
+		}
 		switch {
 		case s.Works || (s.Why != "" && d.Changes()):
 			fmt.Fprintf(b, ": %s", s.Why)
@@ -392,6 +393,9 @@ func summaryLine(c stages.DiffCounts) string {
 	}
 	if c.Problems > 0 {
 		s += ", " + plural(c.Problems, "problem")
+	}
+	if c.NotCompared > 0 {
+		s += fmt.Sprintf(", %d not compared", c.NotCompared)
 	}
 	return s
 }

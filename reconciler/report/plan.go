@@ -152,6 +152,9 @@ func summary(c stages.DiffCounts) string {
 	if c.Problems > 0 {
 		parts = append(parts, fmt.Sprintf("**%d problems**", c.Problems))
 	}
+	if c.NotCompared > 0 {
+		parts = append(parts, fmt.Sprintf("%d not compared", c.NotCompared))
+	}
 	return strings.Join(parts, " / ") + fmt.Sprintf(" (%d unchanged)", c.Unchanged)
 }
 
@@ -286,7 +289,11 @@ func writeDetails(b *strings.Builder, d *stages.PlanDiff) {
 		if len(s.Objects) == 0 {
 			continue
 		}
-		lines = append(lines, "# stage "+s.Name)
+		header := "# stage " + s.Name
+		if s.Cluster != "" {
+			header += " (on the cluster of " + s.Cluster + ")"
+		}
+		lines = append(lines, header)
 		for _, o := range s.Objects {
 			lines = append(lines, objectLines(o)...)
 			count++
@@ -315,6 +322,7 @@ func objectLines(o stages.ObjectDiff) []string {
 	marker := map[stages.DiffAction]string{
 		stages.DiffCreate: "+", stages.DiffChange: "~", stages.DiffDelete: "-",
 		stages.DiffUnchanged: "=", stages.DiffHeld: "=", stages.DiffKept: "=",
+		stages.DiffNotCompared: "?",
 	}[o.Action]
 	if marker == "" {
 		marker = "!"
@@ -325,6 +333,8 @@ func objectLines(o stages.ObjectDiff) []string {
 		line += " (" + string(o.Action) + ")"
 	case o.Action == stages.DiffHeld || o.Action == stages.DiffKept:
 		line += " (" + string(o.Action) + ": " + o.Note + ")"
+	case o.Action == stages.DiffNotCompared && o.Note == "":
+		line += " (not compared)"
 	case o.Note != "":
 		line += " (" + o.Note + ")"
 	}
