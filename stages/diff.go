@@ -120,6 +120,10 @@ type PlanDiff struct {
 	// Prune are the objects of the inventory that the revision drops,
 	// deleted once every stage is Ready, in reverse stage order.
 	Prune []ObjectDiff `json:"prune,omitempty"`
+	// Unanswered is true when a stage (or a prune) was not compared
+	// because its cluster did not answer: worth asking again later,
+	// unlike a cluster whose kubeconfig does not exist yet.
+	Unanswered bool `json:"unanswered,omitempty"`
 	// secrets holds the values of the Secrets the diff saw (rendered and
 	// live), so that whatever prints it can check its text for them. Never
 	// serialized.

@@ -64,7 +64,7 @@ func DiffParts(ctx context.Context, plan *Plan, owner Owner, opts DiffOptions, p
 			case part.Home || !IsUnreachable(err) || ctx.Err() != nil:
 				return nil, err
 			}
-			why = err.Error()
+			why, d.Unanswered = err.Error(), true
 		}
 		for _, i := range part.Stages {
 			d.Stages[i] = notCompared(&plan.Stages[i], part.Cluster, why)
@@ -91,6 +91,7 @@ func DiffParts(ctx context.Context, plan *Plan, owner Owner, opts DiffOptions, p
 			if stage.KubeConfig == nil || !IsUnanswered(err) || ctx.Err() != nil {
 				return nil, err
 			}
+			d.Unanswered = true
 			for _, entry := range stage.Entries {
 				d.Prune = append(d.Prune, pruneDiff(entry.ID, entry.Version, stage.Name, DiffNotCompared, "not compared: "+err.Error()))
 			}

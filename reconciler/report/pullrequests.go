@@ -363,11 +363,14 @@ func (w *PullRequests) planOpen(ctx context.Context, g *group, st *groupState, f
 		if st.planned[pr.Number] == pr.HeadSHA {
 			continue
 		}
-		if err := w.plan(ctx, g, st, f, pr); err != nil {
+		again, err := w.plan(ctx, g, st, f, pr)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("pull request %d: %w", pr.Number, err))
 			continue
 		}
-		st.planned[pr.Number] = pr.HeadSHA
+		if !again {
+			st.planned[pr.Number] = pr.HeadSHA
+		}
 	}
 	for n := range st.planned {
 		if !open[n] {
@@ -379,14 +382,17 @@ func (w *PullRequests) planOpen(ctx context.Context, g *group, st *groupState, f
 }
 
 // plan plans one pull request's head for every member and keeps the
-// comment.
-func (w *PullRequests) plan(ctx context.Context, g *group, st *groupState, f forge.Forge, pr forge.PullRequest) error {
+// comment. It returns again when a cluster a stage acts on did not
+// answer: the plan is commented with those stages not compared, and the
+// head is planned again at the next interval.
+func (w *PullRequests) plan(ctx context.Context, g *group, st *groupState, f forge.Forge, pr forge.PullRequest) (again bool, err error) {
 	in := PlanCommentInput{PRNumber: pr.Number}
 	for _, cd := range g.members {
 		res, err := w.planner.PlanHead(ctx, cd, pr.HeadFetchRef)
 		if err != nil {
-			return fmt.Errorf("plan %s for ClusterDeployment %s/%s: %w", pr.HeadFetchRef, cd.Namespace, cd.Name, err)
+			return false, fmt.Errorf("plan %s for ClusterDeployment %s/%s: %w", pr.HeadFetchRef, cd.Namespace, cd.Name, err)
 		}
+		again = again || res.Diff != nil && res.Diff.Unanswered
 		if in.Revision == "" {
 			in.Revision = res.Revision
 		}
@@ -407,7 +413,7 @@ func (w *PullRequests) plan(ctx context.Context, g *group, st *groupState, f for
 	ps.pr, ps.seen = pr, w.opts.Now()
 	ps.plan = strings.TrimPrefix(RenderPlanComment(in), PlanMarker+"\n")
 	ps.secrets = in.Secrets
-	return w.upsert(ctx, g, st, f, pr.Number)
+	return again, w.upsert(ctx, g, st, f, pr.Number)
 }
 
 // upsert gives pull request n's comment its body: the rollouts of the
