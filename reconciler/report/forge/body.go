@@ -28,7 +28,9 @@ var cutNoteAtEnd = regexp.MustCompile(`\n\n\*\*Cut:\*\* this comment is \d+ char
 
 // WasCut reports whether a comment's text ends with the note truncate
 // leaves: the forge's size limit cut what followed.
-func WasCut(text string) bool { return cutNoteAtEnd.MatchString(strings.ReplaceAll(text, "\r\n", "\n")) }
+func WasCut(text string) bool {
+	return cutNoteAtEnd.MatchString(strings.ReplaceAll(text, "\r\n", "\n"))
+}
 
 // truncate cuts text to at most limit bytes, at a line end when one is
 // near, closes a code block left open and says that it cut.
