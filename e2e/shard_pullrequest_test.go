@@ -14,6 +14,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/internal/giteaserver"
@@ -142,6 +144,9 @@ type prRepo struct {
 // itself the owner); a push to its pull request is planned by the
 // replica that takes the repository over, which edits the same comment
 // rather than making another, and the killed replica writes nothing.
+// The heir is killed in turn and the pull request merged: the last
+// replica, which never planned it, edits the comment with the rollout and
+// keeps the plan under it, read back from the comment.
 func TestShardingPullRequestCommentsHaveOneWriter(t *testing.T) {
 	const (
 		leaseDuration = 3 * time.Second
@@ -300,6 +305,42 @@ func TestShardingPullRequestCommentsHaveOneWriter(t *testing.T) {
 		if got := count(forges.of(other.repo.String(), killed, true)); len(got) != 0 {
 			t.Errorf("%s (unchanged, owned by %s) got comment writes after the kill: %v", other.repo, owner, got)
 		}
+	}
+
+	// 3. Kill the heir too, then merge the pull request: the last replica,
+	// which never planned it, follows the rollout and edits the comment,
+	// which keeps the plan the heir wrote (read back from the comment, not
+	// replaced by a note that the plan is not shown).
+	last := rest[0]
+	if last == heir {
+		last = rest[1]
+	}
+	planned := ourComments(t, s, r.repo, r.pr.Number)[0].Body
+	_, plan, _ := strings.Cut(strings.ReplaceAll(planned, "\r\n", "\n"), "\n")
+	killed2 := time.Now()
+	audit.kill(heir)
+	merge, err := s.MergePullRequest(ctx, r.repo, r.pr.Number)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The deployment reads main once a minute: a short interval has it
+	// read it now.
+	cd := getDeployment(t, c, ns, r.repo.Name)
+	if err := c.Patch(ctx, cd, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"interval":"1s"}}`))); err != nil {
+		t.Fatal(err)
+	}
+	rolled := waitComment(t, s, r.repo, r.pr.Number, "the rollout of the merge, Ready, by the last replica", func(b string) bool {
+		return strings.Contains(b, "Capstan rollout of #") && strings.Contains(b, merge[:12]) && strings.Contains(b, ":white_check_mark:")
+	})
+	t.Logf("%s killed too: %s followed the merge's rollout into the comment %s later", heir, last, time.Since(killed2).Round(time.Millisecond))
+	if rolled.ID != r.comment.ID {
+		t.Errorf("the rollout went to comment %d, want comment %d", rolled.ID, r.comment.ID)
+	}
+	if body := strings.ReplaceAll(rolled.Body, "\r\n", "\n"); !strings.HasSuffix(body, "\n"+plan) || strings.Contains(body, "is not shown") {
+		t.Errorf("after the takeover the comment does not end with the plan %s wrote:\n%s\n--- the plan\n%s", heir, body, plan)
+	}
+	if got := count(forges.of(r.repo.String(), killed2, true)); !only(got, last+" PATCH") {
+		t.Errorf("%s after the heir's kill: comment writes %v, want PATCHes by %s only", r.repo, got, last)
 	}
 
 	// No token in any replica's logs.

@@ -36,7 +36,7 @@ func PullRequestFor(reg prometheus.Registerer) (*PullRequestCollector, error) {
 	c := &PullRequestCollector{
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: PullRequestReportFailures,
-			Help: "Forge requests of the pull request watcher that failed (listing pull requests, writing a comment or a commit status, finding the pull request of a commit, reading the token), by forge and reason: unauthorized, forbidden, not_found, rate_limited, server_error, unreachable, rejected, token.",
+			Help: "Forge requests of the pull request watcher that failed (listing pull requests, writing or reading back a comment, writing a commit status, finding the pull request of a commit, reading the token), by forge and reason: unauthorized, forbidden, not_found, rate_limited, server_error, unreachable, rejected, token.",
 		}, []string{"forge", "reason"}),
 	}
 	if err := reg.Register(c.failures); err != nil {

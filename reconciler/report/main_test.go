@@ -66,6 +66,11 @@ func run(m *testing.M) int {
 		return 1
 	}
 	server, sshClientKey, sshKnownHost = s, pem.EncodeToMemory(block), knownHosts
+	defer func() {
+		if err := stopShared(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}()
 	return m.Run()
 }
 

@@ -16,6 +16,13 @@ const PlanMarkerKey = "plan"
 // PlanMarker is the hidden first line of a plan comment.
 const PlanMarker = "<!-- capstan:" + PlanMarkerKey + " -->"
 
+// planHeading begins every plan, rolloutHeading every rollout: reading a
+// comment back, they tell which it holds.
+const (
+	planHeading    = "### Capstan plan"
+	rolloutHeading = "### Capstan rollout of #"
+)
+
 // PlanCommentInput is what a plan comment shows: the revision of a pull
 // request's head and, per ClusterDeployment it changes, the diff against
 // the live cluster or why there is none.
@@ -94,7 +101,7 @@ func RenderPlanComment(in PlanCommentInput) string {
 func renderPlan(in PlanCommentInput, deployments []PlanCommentDeployment, details bool) string {
 	var b strings.Builder
 	b.WriteString(PlanMarker + "\n")
-	b.WriteString("### Capstan plan")
+	b.WriteString(planHeading)
 	if in.PRNumber > 0 {
 		fmt.Fprintf(&b, " for #%d", in.PRNumber)
 	}

@@ -225,9 +225,15 @@ type groupState struct {
 type prState struct {
 	pr forge.PullRequest
 	// plan is the body of the plan, without the marker line; empty when
-	// Capstan has not planned it since it started.
+	// Capstan has not planned it since it started, until it is read back
+	// from the comment (read).
 	plan    string
 	secrets []map[string][]byte
+	// read is set once the comment was read back for a plan this process
+	// did not make, found or not; missing is what stands in the plan's
+	// place when the comment held none to take back.
+	read    bool
+	missing string
 	// sent is the last body the comment was given, sentAt when.
 	sent   string
 	sentAt time.Time

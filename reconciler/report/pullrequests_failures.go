@@ -30,6 +30,7 @@ const (
 const (
 	opList    = "list pull requests"
 	opComment = "write the pull request comment"
+	opRead    = "read the pull request comment"
 	opStatus  = "set the commit status"
 	opLookup  = "find the pull request of a revision"
 	opToken   = "read the forge token"
@@ -37,7 +38,7 @@ const (
 
 // opActions name the operations in the action of events, machine-readable.
 var opActions = map[string]string{
-	opList: "ListPullRequests", opComment: "WriteComment", opStatus: "SetCommitStatus",
+	opList: "ListPullRequests", opComment: "WriteComment", opRead: "ReadComment", opStatus: "SetCommitStatus",
 	opLookup: "FindPullRequest", opToken: "ReadToken",
 }
 

@@ -33,6 +33,9 @@ func (w *PullRequests) followRollouts(ctx context.Context, g *group, st *groupSt
 		}
 	}
 	touched := map[int64]bool{}
+	// unread holds the pull requests whose plan could not be read back
+	// from their comment this round: the comment waits for the next.
+	unread := map[int64]bool{}
 	keys := map[types.NamespacedName]bool{}
 	for _, cd := range g.members {
 		key := types.NamespacedName{Namespace: cd.Namespace, Name: cd.Name}
@@ -81,6 +84,16 @@ func (w *PullRequests) followRollouts(ctx context.Context, g *group, st *groupSt
 		}
 		ps.sections[key] = rolloutSection(cd)
 		touched[rs.pr] = true
+		// Before the commit status, which links to the comment read back.
+		if !unread[rs.pr] {
+			if err := w.recoverPlan(ctx, g, st, f, rs.pr); err != nil {
+				unread[rs.pr] = true
+				if err = unreported(err); err != nil {
+					logger.Error(err, "read back the plan of a merged pull request; trying again later", "pullRequest", rs.pr)
+				}
+				later(now.Add(w.opts.Interval))
+			}
+		}
 
 		// The commit status of this deployment on the revision.
 		state, desc := commitState(cd)
@@ -104,6 +117,9 @@ func (w *PullRequests) followRollouts(ctx context.Context, g *group, st *groupSt
 	}
 	for _, n := range slices.Sorted(maps.Keys(touched)) {
 		ps := st.prs[n]
+		if unread[n] {
+			continue
+		}
 		if at := ps.sentAt.Add(w.opts.Interval); now.Before(at) {
 			if body, err := w.commentBody(ctx, g, st, n); err == nil && body != ps.sent {
 				later(at)
@@ -200,12 +216,16 @@ func (w *PullRequests) commentBody(ctx context.Context, g *group, st *groupState
 	return ps.rollout + ps.planPart(), nil
 }
 
-// planPart is what follows the rollout: the plan, or why it is missing.
+// planPart is what follows the rollout: the plan, or why it is missing,
+// after the separator planOfComment finds again.
 func (ps *prState) planPart() string {
-	if ps.plan == "" {
-		return "\n---\n\n_The plan of this pull request is not shown again: Capstan restarted since it made it._\n"
+	switch {
+	case ps.plan != "":
+		return planSeparator + ps.plan
+	case ps.missing != "":
+		return planSeparator + ps.missing
 	}
-	return "\n---\n\n" + ps.plan
+	return planSeparator + noteRestarted
 }
 
 func rolloutHeader(pr forge.PullRequest) string {
@@ -213,7 +233,7 @@ func rolloutHeader(pr forge.PullRequest) string {
 	if sha == "" {
 		sha = pr.HeadSHA
 	}
-	return fmt.Sprintf("### Capstan rollout of #%d\n\nMerged as %s. The stages below follow the rollout; the plan this pull request was merged with is further down.\n\n",
+	return fmt.Sprintf(rolloutHeading+"%d\n\nMerged as %s. The stages below follow the rollout; the plan this pull request was merged with is further down.\n\n",
 		pr.Number, code(shortSHA(sha)))
 }
 

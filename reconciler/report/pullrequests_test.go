@@ -93,3 +93,47 @@ func TestRevisionSHA(t *testing.T) {
 		}
 	}
 }
+
+// The plan part of a comment is read back as it was written, whatever the
+// plan and the rollout above it hold: rules, plan headings and markers in
+// a plan's diff or in a stage message do not move the separator. Comments
+// of the layout before the marker are read too; a note stays a note, and
+// a comment the forge cut gives no plan.
+func TestPlanOfCommentReadsBackWhatWasWritten(t *testing.T) {
+	shop := strings.TrimPrefix(RenderPlanComment(PlanCommentInput{Revision: "refs/pull/7/head@sha1:4f2c", PRNumber: 7,
+		Deployments: []PlanCommentDeployment{{Name: "shop", Namespace: "fleet", Diff: planFixture(t, "shop.json")}}}), PlanMarker+"\n")
+	tricky := planHeading + " for #7\n\n```diff\n---\n+ a: \"\\n---\\n\\n" + planPartMarker + "\"\n```\n\n---\n\n" + planPartMarker + "\n" + planHeading + "\n"
+	ready := capstanv1.StageStatus{Name: "Config", State: capstanv1.StageReady, StartedAt: second(0), FinishedAt: second(2)}
+	rule := rolloutAt([]capstanv1.StageStatus{ready, {Name: "Workers", State: capstanv1.StageInProgress, StartedAt: second(2), Message: "---"}})
+	rule.Status.Conditions = []metav1.Condition{{Type: capstanv1.ConditionReady, Status: metav1.ConditionFalse, Message: "---"}}
+	marker := rolloutAt([]capstanv1.StageStatus{ready, {Name: "Workers", State: capstanv1.StageInProgress, StartedAt: second(2),
+		Message: "\n" + planPartMarker + "\n" + planHeading}})
+	pr := forge.PullRequest{Number: 7, MergeCommitSHA: "2d8e8f734311d9210a915121c696bc5cbf1eb515"}
+	rollout := func(cd *capstanv1.ClusterDeployment) string { return rolloutHeader(pr) + rolloutSection(cd) }
+
+	for _, tc := range []struct {
+		name       string
+		body       string
+		plan, note string
+	}{
+		{"a plan alone, written while the pull request was open", shop, shop, ""},
+		{"a rollout, then the plan", rollout(rule) + (&prState{plan: shop}).planPart(), shop, ""},
+		{"a plan holding rules, headings and the marker", rollout(rule) + (&prState{plan: tricky}).planPart(), tricky, ""},
+		{"a stage message that looks like the separator", rollout(marker) + (&prState{plan: shop}).planPart(), shop, ""},
+		{"the layout before the marker", rollout(rule) + oldPlanSeparator + shop, shop, ""},
+		{"a note of the layout before the marker stays", rollout(rule) + oldPlanSeparator + noteRestarted, "", noteRestarted},
+		{"a note stays, with its reason", rollout(rule) + (&prState{missing: noteNoComment}).planPart(), "", noteNoComment},
+		{"line ends the forge turned into CRLF", strings.ReplaceAll(rollout(rule)+(&prState{plan: shop}).planPart(), "\n", "\r\n"), shop, ""},
+		{"a comment the forge cut", rollout(rule) + (&prState{plan: shop}).planPart()[:200] +
+			"\n\n**Cut:** this comment is 70000 characters, more than the forge takes (65536); `capstan diff` prints all of it.\n", "", noteCut},
+		{"a rollout with no plan part", rollout(rule), "", noteUnreadable},
+		{"text Capstan did not write", "hello", "", noteUnreadable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan, note := planOfComment(tc.body)
+			if plan != tc.plan || note != tc.note {
+				t.Errorf("planOfComment:\n plan %q\n note %q\nwant\n plan %q\n note %q\nof\n%s", plan, note, tc.plan, tc.note, tc.body)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package forge
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"unicode/utf8"
 )
@@ -19,13 +20,25 @@ const (
 	GiteaCommentLimit = 65536
 )
 
+// cutNote ends a comment truncate cut; cutNoteAtEnd finds it.
+const cutNote = "\n\n**Cut:** this comment is %d characters, more than the forge takes (%d); `capstan diff` prints all of it.\n"
+
+var cutNoteAtEnd = regexp.MustCompile(`\n\n\*\*Cut:\*\* this comment is \d+ characters, more than the forge takes \(\d+\); ` +
+	"`capstan diff` prints all of it.\n$")
+
+// WasCut reports whether a comment's text ends with the note truncate
+// leaves: the forge's size limit cut what followed.
+func WasCut(text string) bool {
+	return cutNoteAtEnd.MatchString(strings.ReplaceAll(text, "\r\n", "\n"))
+}
+
 // truncate cuts text to at most limit bytes, at a line end when one is
 // near, closes a code block left open and says that it cut.
 func truncate(text string, limit int) string {
 	if len(text) <= limit {
 		return text
 	}
-	note := fmt.Sprintf("\n\n**Cut:** this comment is %d characters, more than the forge takes (%d); `capstan diff` prints all of it.\n", utf8.RuneCountInString(text), limit)
+	note := fmt.Sprintf(cutNote, utf8.RuneCountInString(text), limit)
 	const fence = "\n```"
 	keep := limit - len(note) - len(fence)
 	if keep <= 0 {

@@ -22,6 +22,13 @@ type Forge interface {
 	// when there is none. A body longer than the forge takes is cut, with
 	// a note saying so.
 	UpsertComment(ctx context.Context, repo string, pr int64, key, body string) (Comment, error)
+	// ReadComment returns the comment UpsertComment keeps on pull request
+	// pr under key, found by the same lookup: Body is its text without the
+	// marker line and with "\n" line ends, as the forge holds it (cut, with
+	// the note, when it was too long). found is false when there is none,
+	// which is not an error. It lets a replica that did not write the
+	// comment (a restart, a sharding takeover) take back what it held.
+	ReadComment(ctx context.Context, repo string, pr int64, key string) (c Comment, found bool, err error)
 	// SetCommitStatus sets the status named st.Context on commit sha.
 	SetCommitStatus(ctx context.Context, repo, sha string, st Status) error
 	// PullRequestsForCommit lists the pull requests commit sha came
@@ -63,14 +70,17 @@ func (pr PullRequest) CameFrom(sha string) bool {
 	return sha != "" && (pr.MergeCommitSHA == sha || pr.HeadSHA == sha)
 }
 
-// Comment is the comment UpsertComment left.
+// Comment is the comment UpsertComment left or ReadComment found.
 type Comment struct {
 	// ID is the forge's ID of the comment (GitLab: the note's ID).
 	ID int64
 	// URL is the comment's web address.
 	URL string
-	// Action is what UpsertComment did.
+	// Action is what UpsertComment did; empty from ReadComment.
 	Action CommentAction
+	// Body is the comment's text without the marker line (ReadComment
+	// only).
+	Body string
 }
 
 // CommentAction is what UpsertComment did to the comment.
@@ -195,6 +205,13 @@ func commentBody(key, body string, limit int) string {
 func isOurs(text, key string) bool {
 	m := Marker(key)
 	return text == m || strings.HasPrefix(text, m+"\n") || strings.HasPrefix(text, m+"\r\n")
+}
+
+// readBack is the Comment ReadComment returns for a comment with text.
+func readBack(id int64, url, text string) Comment {
+	text = strings.ReplaceAll(text, "\r\n", "\n")
+	_, body, _ := strings.Cut(text, "\n")
+	return Comment{ID: id, URL: url, Body: body}
 }
 
 // sameBody reports whether the comment already holds want (forges may

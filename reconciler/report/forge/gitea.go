@@ -14,7 +14,9 @@ import (
 const (
 	giteaScopeRead    = "read:repository"
 	giteaScopeComment = "write:issue"
-	giteaScopeStatus  = "write:repository"
+	// giteaScopeReadComment: write:issue includes it.
+	giteaScopeReadComment = "read:issue"
+	giteaScopeStatus      = "write:repository"
 )
 
 // giteaPageSize is Gitea's default maximum page (MAX_RESPONSE_ITEMS).
@@ -97,48 +99,79 @@ func (g *Gitea) OpenPullRequests(ctx context.Context, repo, baseBranch string) (
 
 // UpsertComment implements Forge.
 func (g *Gitea) UpsertComment(ctx context.Context, repo string, pr int64, key, body string) (Comment, error) {
-	owner, name, err := ownerName(ProviderGitea, repo)
-	if err != nil {
-		return Comment{}, err
-	}
-	if err := checkKey(key); err != nil {
-		return Comment{}, err
-	}
-	c, err := g.client(ctx)
+	c, owner, name, err := g.commentArgs(ctx, repo, key)
 	if err != nil {
 		return Comment{}, err
 	}
 	op := fmt.Sprintf("comment on pull request %d", pr)
 	want := commentBody(key, body, GiteaCommentLimit)
+	cm, resp, err := g.ours(c, owner, name, pr, key)
+	switch {
+	case err != nil:
+		return Comment{}, g.failure(op, repo, giteaStatus(resp), giteaScopeComment, err)
+	case cm == nil:
+		created, resp, err := c.CreateIssueComment(owner, name, pr, gitea.CreateIssueCommentOption{Body: want})
+		if err != nil {
+			return Comment{}, g.failure(op, repo, giteaStatus(resp), giteaScopeComment, err)
+		}
+		return Comment{ID: created.ID, URL: created.HTMLURL, Action: CommentCreated}, nil
+	case sameBody(cm.Body, want):
+		return Comment{ID: cm.ID, URL: cm.HTMLURL, Action: CommentUnchanged}, nil
+	}
+	edited, resp, err := c.EditIssueComment(owner, name, cm.ID, gitea.EditIssueCommentOption{Body: want})
+	if err != nil {
+		return Comment{}, g.failure(fmt.Sprintf("edit comment %d on pull request %d", cm.ID, pr), repo, giteaStatus(resp), giteaScopeComment, err)
+	}
+	return Comment{ID: edited.ID, URL: edited.HTMLURL, Action: CommentEdited}, nil
+}
+
+// ReadComment implements Forge.
+func (g *Gitea) ReadComment(ctx context.Context, repo string, pr int64, key string) (Comment, bool, error) {
+	c, owner, name, err := g.commentArgs(ctx, repo, key)
+	if err != nil {
+		return Comment{}, false, err
+	}
+	cm, resp, err := g.ours(c, owner, name, pr, key)
+	if err != nil {
+		return Comment{}, false, g.failure(fmt.Sprintf("read the comment on pull request %d", pr), repo, giteaStatus(resp), giteaScopeReadComment, err)
+	}
+	if cm == nil {
+		return Comment{}, false, nil
+	}
+	return readBack(cm.ID, cm.HTMLURL, cm.Body), true, nil
+}
+
+func (g *Gitea) commentArgs(ctx context.Context, repo, key string) (*gitea.Client, string, string, error) {
+	owner, name, err := ownerName(ProviderGitea, repo)
+	if err != nil {
+		return nil, "", "", err
+	}
+	if err := checkKey(key); err != nil {
+		return nil, "", "", err
+	}
+	c, err := g.client(ctx)
+	return c, owner, name, err
+}
+
+// ours returns the first comment on pull request pr that UpsertComment
+// keeps under key, nil when there is none.
+func (g *Gitea) ours(c *gitea.Client, owner, name string, pr int64, key string) (*gitea.Comment, *gitea.Response, error) {
 	for page := 1; ; page++ {
 		cs, resp, err := c.ListIssueComments(owner, name, pr, gitea.ListIssueCommentOptions{
 			ListOptions: gitea.ListOptions{Page: page, PageSize: giteaPageSize},
 		})
 		if err != nil {
-			return Comment{}, g.failure(op, repo, giteaStatus(resp), giteaScopeComment, err)
+			return nil, resp, err
 		}
 		for _, cm := range cs {
-			if !isOurs(cm.Body, key) {
-				continue
+			if isOurs(cm.Body, key) {
+				return cm, resp, nil
 			}
-			if sameBody(cm.Body, want) {
-				return Comment{ID: cm.ID, URL: cm.HTMLURL, Action: CommentUnchanged}, nil
-			}
-			edited, resp, err := c.EditIssueComment(owner, name, cm.ID, gitea.EditIssueCommentOption{Body: want})
-			if err != nil {
-				return Comment{}, g.failure(fmt.Sprintf("edit comment %d on pull request %d", cm.ID, pr), repo, giteaStatus(resp), giteaScopeComment, err)
-			}
-			return Comment{ID: edited.ID, URL: edited.HTMLURL, Action: CommentEdited}, nil
 		}
 		if len(cs) == 0 || resp == nil || resp.NextPage == 0 {
-			break
+			return nil, resp, nil
 		}
 	}
-	created, resp, err := c.CreateIssueComment(owner, name, pr, gitea.CreateIssueCommentOption{Body: want})
-	if err != nil {
-		return Comment{}, g.failure(op, repo, giteaStatus(resp), giteaScopeComment, err)
-	}
-	return Comment{ID: created.ID, URL: created.HTMLURL, Action: CommentCreated}, nil
 }
 
 // SetCommitStatus implements Forge.

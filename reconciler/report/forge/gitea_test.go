@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"code.gitea.io/sdk/gitea"
+
 	"github.com/capstan-dev/capstan/internal/giteaserver"
 )
 
@@ -121,6 +123,24 @@ func TestGiteaAgainstRealServer(t *testing.T) {
 			return bodies
 		}
 		assertUpserts(t, ctx, f, repo.String(), pr.Number, ours)
+	})
+
+	t.Run("the comment is read back past a page of others, and no other is taken for it", func(t *testing.T) {
+		other, otherPR := giteaRepo(t, ctx, s, "read-back")
+		admin, err := gitea.NewClient(s.URL(), gitea.SetToken(s.Token()), gitea.SetContext(ctx), gitea.SetGiteaVersion(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		write := func(body string) {
+			t.Helper()
+			if _, _, err := admin.CreateIssueComment(other.Owner, other.Name, otherPR.Number, gitea.CreateIssueCommentOption{Body: body}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range giteaPageSize + 5 {
+			write(fmt.Sprintf("comment %d", i))
+		}
+		assertReadComment(t, ctx, f, other.String(), otherPR.Number, write)
 	})
 
 	t.Run("the commit status is visible on the commit", func(t *testing.T) {

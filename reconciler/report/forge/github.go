@@ -90,18 +90,62 @@ func (g *GitHub) OpenPullRequests(ctx context.Context, repo, baseBranch string) 
 	}
 }
 
-// UpsertComment implements Forge. A pull request's conversation comments
-// are its issue's comments on GitHub.
+// UpsertComment implements Forge.
 func (g *GitHub) UpsertComment(ctx context.Context, repo string, pr int64, key, body string) (Comment, error) {
-	owner, name, err := ownerName(ProviderGitHub, repo)
+	owner, name, err := g.commentArgs(repo, key)
 	if err != nil {
-		return Comment{}, err
-	}
-	if err := checkKey(key); err != nil {
 		return Comment{}, err
 	}
 	op := fmt.Sprintf("comment on pull request %d", pr)
 	want := commentBody(key, body, GitHubCommentLimit)
+	cm, resp, err := g.ours(ctx, owner, name, pr, key)
+	switch {
+	case err != nil:
+		return Comment{}, g.failure(op, repo, githubStatus(resp), githubScopeComment, err)
+	case cm == nil:
+		created, resp, err := g.client.Issues.CreateComment(ctx, owner, name, int(pr), &github.IssueComment{Body: github.Ptr(want)})
+		if err != nil {
+			return Comment{}, g.failure(op, repo, githubStatus(resp), githubScopeComment, err)
+		}
+		return Comment{ID: created.GetID(), URL: created.GetHTMLURL(), Action: CommentCreated}, nil
+	case sameBody(cm.GetBody(), want):
+		return Comment{ID: cm.GetID(), URL: cm.GetHTMLURL(), Action: CommentUnchanged}, nil
+	}
+	edited, resp, err := g.client.Issues.EditComment(ctx, owner, name, cm.GetID(), &github.IssueComment{Body: github.Ptr(want)})
+	if err != nil {
+		return Comment{}, g.failure(fmt.Sprintf("edit comment %d on pull request %d", cm.GetID(), pr), repo, githubStatus(resp), githubScopeComment, err)
+	}
+	return Comment{ID: edited.GetID(), URL: edited.GetHTMLURL(), Action: CommentEdited}, nil
+}
+
+// ReadComment implements Forge.
+func (g *GitHub) ReadComment(ctx context.Context, repo string, pr int64, key string) (Comment, bool, error) {
+	owner, name, err := g.commentArgs(repo, key)
+	if err != nil {
+		return Comment{}, false, err
+	}
+	cm, resp, err := g.ours(ctx, owner, name, pr, key)
+	if err != nil {
+		return Comment{}, false, g.failure(fmt.Sprintf("read the comment on pull request %d", pr), repo, githubStatus(resp), githubScopeRead, err)
+	}
+	if cm == nil {
+		return Comment{}, false, nil
+	}
+	return readBack(cm.GetID(), cm.GetHTMLURL(), cm.GetBody()), true, nil
+}
+
+func (g *GitHub) commentArgs(repo, key string) (string, string, error) {
+	owner, name, err := ownerName(ProviderGitHub, repo)
+	if err != nil {
+		return "", "", err
+	}
+	return owner, name, checkKey(key)
+}
+
+// ours returns the first comment on pull request pr that UpsertComment
+// keeps under key, nil when there is none. A pull request's conversation
+// comments are its issue's comments on GitHub.
+func (g *GitHub) ours(ctx context.Context, owner, name string, pr int64, key string) (*github.IssueComment, *github.Response, error) {
 	opts := &github.IssueListCommentsOptions{
 		Sort: github.Ptr("created"), Direction: github.Ptr("asc"),
 		ListOptions: github.ListOptions{PerPage: githubPageSize},
@@ -109,31 +153,18 @@ func (g *GitHub) UpsertComment(ctx context.Context, repo string, pr int64, key, 
 	for {
 		cs, resp, err := g.client.Issues.ListComments(ctx, owner, name, int(pr), opts)
 		if err != nil {
-			return Comment{}, g.failure(op, repo, githubStatus(resp), githubScopeComment, err)
+			return nil, resp, err
 		}
 		for _, cm := range cs {
-			if !isOurs(cm.GetBody(), key) {
-				continue
+			if isOurs(cm.GetBody(), key) {
+				return cm, resp, nil
 			}
-			if sameBody(cm.GetBody(), want) {
-				return Comment{ID: cm.GetID(), URL: cm.GetHTMLURL(), Action: CommentUnchanged}, nil
-			}
-			edited, resp, err := g.client.Issues.EditComment(ctx, owner, name, cm.GetID(), &github.IssueComment{Body: github.Ptr(want)})
-			if err != nil {
-				return Comment{}, g.failure(fmt.Sprintf("edit comment %d on pull request %d", cm.GetID(), pr), repo, githubStatus(resp), githubScopeComment, err)
-			}
-			return Comment{ID: edited.GetID(), URL: edited.GetHTMLURL(), Action: CommentEdited}, nil
 		}
 		if resp == nil || resp.NextPage == 0 {
-			break
+			return nil, resp, nil
 		}
 		opts.Page = resp.NextPage
 	}
-	created, resp, err := g.client.Issues.CreateComment(ctx, owner, name, int(pr), &github.IssueComment{Body: github.Ptr(want)})
-	if err != nil {
-		return Comment{}, g.failure(op, repo, githubStatus(resp), githubScopeComment, err)
-	}
-	return Comment{ID: created.GetID(), URL: created.GetHTMLURL(), Action: CommentCreated}, nil
 }
 
 // SetCommitStatus implements Forge.

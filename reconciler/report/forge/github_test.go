@@ -260,6 +260,14 @@ func TestGitHubAgainstDocumentedContract(t *testing.T) {
 		})
 	})
 
+	t.Run("the comment is read back past a page of others, and no other is taken for it", func(t *testing.T) {
+		g, srv := newGitHubContract(t, plantedToken)
+		for i := range 130 {
+			g.addComment(7, "reviewer", fmt.Sprintf("comment %d", i))
+		}
+		assertReadComment(t, ctx, newTestGitHub(t, srv.URL, plantedToken), "acme/infra", 7, func(body string) { g.addComment(7, "reviewer", body) })
+	})
+
 	t.Run("a body over GitHub's limit is cut with a note and accepted", func(t *testing.T) {
 		g, srv := newGitHubContract(t, plantedToken)
 		body := "```diff\n" + strings.Repeat("+ replicas: 5 # a line of the plan\n", 3000) + "```\n"
@@ -275,7 +283,7 @@ func TestGitHubAgainstDocumentedContract(t *testing.T) {
 			t.Fatalf("%d comments with the marker, want 1", len(ours))
 		}
 		got := ours[0]["body"].(string)
-		if countRunes(got) > GitHubCommentLimit || !strings.Contains(got, "**Cut:**") || strings.Count(got, "```")%2 != 0 {
+		if countRunes(got) > GitHubCommentLimit || !WasCut(got) || strings.Count(got, "```")%2 != 0 {
 			t.Errorf("stored body: %d characters, cut note %v, balanced fences %v",
 				countRunes(got), strings.Contains(got, "**Cut:**"), strings.Count(got, "```")%2 == 0)
 		}
@@ -398,6 +406,33 @@ func assertUpserts(t *testing.T, ctx context.Context, f Forge, repo string, pr i
 	want := Marker("plan") + "\n**Plan** for revision main@sha1:bbb\n\n2 objects change"
 	if len(bodies) != 1 || bodies[0] != want {
 		t.Errorf("comments with the marker = %q, want exactly one: %q", bodies, want)
+	}
+}
+
+// assertReadComment checks the read every provider must do, on a pull
+// request that has no comment of Capstan's yet (others may be there, as
+// many as fill a page): comments that quote the marker or carry the
+// marker of another key (write adds them as a person would) are not it;
+// once UpsertComment wrote one, it is read back as written.
+func assertReadComment(t *testing.T, ctx context.Context, f Forge, repo string, pr int64, write func(body string)) {
+	t.Helper()
+	write("> " + Marker("plan") + "\n> quoted, not ours")
+	write(Marker("planned") + "\n### Capstan plan of another key")
+	if c, found, err := f.ReadComment(ctx, repo, pr, "plan"); err != nil || found {
+		t.Fatalf("ReadComment before there is one = %+v, %v, %v; want none", c, found, err)
+	}
+	body := "### Capstan plan for #7\n\nRevision `refs/pull/7/head@sha1:bbb`.\n\n```diff\n+ replicas: 5\n```\n"
+	up, err := f.UpsertComment(ctx, repo, pr, "plan", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(Marker("plan") + "\na second comment with the marker, written by hand")
+	c, found, err := f.ReadComment(ctx, repo, pr, "plan")
+	if err != nil || !found {
+		t.Fatalf("ReadComment = %+v, %v, %v; want the comment UpsertComment made", c, found, err)
+	}
+	if c.ID != up.ID || c.URL != up.URL || c.Body != body || c.Action != "" {
+		t.Errorf("ReadComment = %+v\nwant ID %d, URL %s, body %q", c, up.ID, up.URL, body)
 	}
 }
 

@@ -112,17 +112,61 @@ func (g *GitLab) OpenPullRequests(ctx context.Context, repo, baseBranch string) 
 	}
 }
 
-// UpsertComment implements Forge with a merge request note. System notes
-// (GitLab's own "added 1 commit") are never taken for Capstan's.
+// UpsertComment implements Forge with a merge request note.
 func (g *GitLab) UpsertComment(ctx context.Context, repo string, mr int64, key, body string) (Comment, error) {
-	if err := checkProject(repo); err != nil {
-		return Comment{}, err
-	}
-	if err := checkKey(key); err != nil {
+	if err := g.commentArgs(repo, key); err != nil {
 		return Comment{}, err
 	}
 	op := fmt.Sprintf("comment on merge request %d", mr)
 	want := commentBody(key, body, GitLabCommentLimit)
+	n, resp, err := g.ours(ctx, repo, mr, key)
+	switch {
+	case err != nil:
+		return Comment{}, g.failure(op, repo, gitlabStatus(resp, err), gitlabScopeComment, err)
+	case n == nil:
+		created, resp, err := g.client.Notes.CreateMergeRequestNote(repo, mr,
+			&gitlab.CreateMergeRequestNoteOptions{Body: gitlab.Ptr(want)}, gitlab.WithContext(ctx))
+		if err != nil {
+			return Comment{}, g.failure(op, repo, gitlabStatus(resp, err), gitlabScopeComment, err)
+		}
+		return Comment{ID: created.ID, URL: g.noteURL(repo, mr, created.ID), Action: CommentCreated}, nil
+	case sameBody(n.Body, want):
+		return Comment{ID: n.ID, URL: g.noteURL(repo, mr, n.ID), Action: CommentUnchanged}, nil
+	}
+	edited, resp, err := g.client.Notes.UpdateMergeRequestNote(repo, mr, n.ID,
+		&gitlab.UpdateMergeRequestNoteOptions{Body: gitlab.Ptr(want)}, gitlab.WithContext(ctx))
+	if err != nil {
+		return Comment{}, g.failure(fmt.Sprintf("edit note %d on merge request %d", n.ID, mr), repo, gitlabStatus(resp, err), gitlabScopeComment, err)
+	}
+	return Comment{ID: edited.ID, URL: g.noteURL(repo, mr, edited.ID), Action: CommentEdited}, nil
+}
+
+// ReadComment implements Forge with a merge request note.
+func (g *GitLab) ReadComment(ctx context.Context, repo string, mr int64, key string) (Comment, bool, error) {
+	if err := g.commentArgs(repo, key); err != nil {
+		return Comment{}, false, err
+	}
+	n, resp, err := g.ours(ctx, repo, mr, key)
+	if err != nil {
+		return Comment{}, false, g.failure(fmt.Sprintf("read the note on merge request %d", mr), repo, gitlabStatus(resp, err), gitlabScopeRead, err)
+	}
+	if n == nil {
+		return Comment{}, false, nil
+	}
+	return readBack(n.ID, g.noteURL(repo, mr, n.ID), n.Body), true, nil
+}
+
+func (g *GitLab) commentArgs(repo, key string) error {
+	if err := checkProject(repo); err != nil {
+		return err
+	}
+	return checkKey(key)
+}
+
+// ours returns the first note on merge request mr that UpsertComment
+// keeps under key, nil when there is none. System notes (GitLab's own
+// "added 1 commit") are never taken for Capstan's.
+func (g *GitLab) ours(ctx context.Context, repo string, mr int64, key string) (*gitlab.Note, *gitlab.Response, error) {
 	opts := &gitlab.ListMergeRequestNotesOptions{
 		OrderBy: gitlab.Ptr("created_at"), Sort: gitlab.Ptr("asc"),
 		ListOptions: gitlab.ListOptions{PerPage: gitlabPageSize},
@@ -130,33 +174,18 @@ func (g *GitLab) UpsertComment(ctx context.Context, repo string, mr int64, key, 
 	for {
 		notes, resp, err := g.client.Notes.ListMergeRequestNotes(repo, mr, opts, gitlab.WithContext(ctx))
 		if err != nil {
-			return Comment{}, g.failure(op, repo, gitlabStatus(resp, err), gitlabScopeComment, err)
+			return nil, resp, err
 		}
 		for _, n := range notes {
-			if n.System || !isOurs(n.Body, key) {
-				continue
+			if !n.System && isOurs(n.Body, key) {
+				return n, resp, nil
 			}
-			if sameBody(n.Body, want) {
-				return Comment{ID: n.ID, URL: g.noteURL(repo, mr, n.ID), Action: CommentUnchanged}, nil
-			}
-			edited, resp, err := g.client.Notes.UpdateMergeRequestNote(repo, mr, n.ID,
-				&gitlab.UpdateMergeRequestNoteOptions{Body: gitlab.Ptr(want)}, gitlab.WithContext(ctx))
-			if err != nil {
-				return Comment{}, g.failure(fmt.Sprintf("edit note %d on merge request %d", n.ID, mr), repo, gitlabStatus(resp, err), gitlabScopeComment, err)
-			}
-			return Comment{ID: edited.ID, URL: g.noteURL(repo, mr, edited.ID), Action: CommentEdited}, nil
 		}
 		if resp == nil || resp.NextPage == 0 {
-			break
+			return nil, resp, nil
 		}
 		opts.Page = resp.NextPage
 	}
-	created, resp, err := g.client.Notes.CreateMergeRequestNote(repo, mr,
-		&gitlab.CreateMergeRequestNoteOptions{Body: gitlab.Ptr(want)}, gitlab.WithContext(ctx))
-	if err != nil {
-		return Comment{}, g.failure(op, repo, gitlabStatus(resp, err), gitlabScopeComment, err)
-	}
-	return Comment{ID: created.ID, URL: g.noteURL(repo, mr, created.ID), Action: CommentCreated}, nil
 }
 
 // noteURL is the web address of a note; empty for a project given by its

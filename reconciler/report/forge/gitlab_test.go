@@ -266,6 +266,15 @@ func TestGitLabAgainstDocumentedContract(t *testing.T) {
 		}
 	})
 
+	t.Run("the note is read back past system notes and a page of others, and no other is taken for it", func(t *testing.T) {
+		g, srv := newGitLabContract(t, plantedToken)
+		g.addNote(3, "capstan-bot", Marker("plan")+"\nGitLab never writes this, but a system note is not ours", true)
+		for i := range 110 {
+			g.addNote(3, "reviewer", fmt.Sprintf("note %d", i), false)
+		}
+		assertReadComment(t, ctx, newTestGitLab(t, srv.URL, plantedToken), gitlabProject, 3, func(body string) { g.addNote(3, "reviewer", body, false) })
+	})
+
 	t.Run("a merge commit and a merged head lead to their merge request; another commit to none", func(t *testing.T) {
 		_, srv := newGitLabContract(t, plantedToken)
 		assertPullRequestsForCommit(t, ctx, newTestGitLab(t, srv.URL, plantedToken), gitlabProject, PullRequest{
