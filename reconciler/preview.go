@@ -54,10 +54,14 @@ func PlanTree(ctx context.Context, in PlanInput) (*stages.Plan, error) {
 		maps.Copy(subst, opts.Substitute)
 	}
 	opts.Substitute = subst
-	objs, err := render.Build(ctx, in.FS, opts)
+	res, err := render.BuildResult(ctx, in.FS, opts)
+	if err == nil {
+		err = res.UnsetErr()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("render %s: %w", filepath.Join(in.Where, in.Spec.Path), err)
 	}
+	objs := res.Objects
 	specs, err := stages.StageSpecs(in.Spec)
 	if err != nil {
 		return nil, err
@@ -65,6 +69,12 @@ func PlanTree(ctx context.Context, in PlanInput) (*stages.Plan, error) {
 	plan, err := stages.BuildPlan(specs, objs)
 	if err != nil {
 		return nil, fmt.Errorf("plan: %w", err)
+	}
+	plan.Files = map[*unstructured.Unstructured]string{}
+	for i, obj := range objs {
+		if f := res.Files[i]; f != "" {
+			plan.Files[obj] = filepath.Join(in.Where, f)
+		}
 	}
 	if in.Live != nil && in.Live.Annotations[pivot.ArrivedAnnotation] != "" {
 		plan.Drop(func(obj *unstructured.Unstructured) bool {

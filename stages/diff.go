@@ -258,6 +258,9 @@ func (e *Executor) DiffPlan(ctx context.Context, plan *Plan, owner Owner, opts D
 			}
 			for j, l := range looks {
 				sd.Objects[j] = l.diff
+				if l.diff.Problem() && l.diff.File == "" {
+					sd.Objects[j].File = plan.Files[stage.Objects[j]]
+				}
 				d.addSecret(stage.Objects[j], l.live)
 				id := ObjectID(stage.Objects[j])
 				if l.dryRun != nil {

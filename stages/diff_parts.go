@@ -48,7 +48,7 @@ func DiffParts(ctx context.Context, plan *Plan, owner Owner, opts DiffOptions, p
 		}
 		why := part.NotCompared
 		if part.Executor != nil {
-			sub := &Plan{Stages: make([]Stage, len(part.Stages))}
+			sub := &Plan{Stages: make([]Stage, len(part.Stages)), Files: plan.Files}
 			for k, i := range part.Stages {
 				sub.Stages[k] = plan.Stages[i]
 			}

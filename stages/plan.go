@@ -38,6 +38,9 @@ type Plan struct {
 	// (RunOptions.DryRuns): they are about this revision's objects, so
 	// they live and go with its plan.
 	DryRuns *DryRuns
+	// Files holds the file each object was rendered from, relative to
+	// the source's root, where render knew it: problems name it.
+	Files map[*unstructured.Unstructured]string
 }
 
 // Names returns the stage names in order.
