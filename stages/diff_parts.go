@@ -74,27 +74,28 @@ func DiffParts(ctx context.Context, plan *Plan, owner Owner, opts DiffOptions, p
 		via = func(capstanv1.InventoryStage) (*Executor, error) { return home, nil }
 	}
 	for _, stage := range Stale(opts.Inventory, plan) {
+		skip := func(err error) {
+			for _, entry := range stage.Entries {
+				d.Prune = append(d.Prune, pruneDiff(entry.ID, entry.Version, stage.Name, DiffNotCompared, "not compared: "+err.Error()))
+			}
+		}
 		e, err := via(stage)
 		if err == nil && e == nil {
 			err = fmt.Errorf("no cluster to look in")
 		}
-		if err != nil {
-			if !IsUnreachable(err) {
-				return nil, err
-			}
-			for _, entry := range stage.Entries {
-				d.Prune = append(d.Prune, pruneDiff(entry.ID, entry.Version, stage.Name, DiffNotCompared, "not compared: "+err.Error()))
-			}
+		switch {
+		case IsUnreachable(err):
+			skip(err)
 			continue
+		case err != nil:
+			return nil, err
 		}
 		if err := e.diffPruneStage(ctx, d, stage, owner, opts.Destructive); err != nil {
 			if stage.KubeConfig == nil || !IsUnanswered(err) || ctx.Err() != nil {
 				return nil, err
 			}
 			d.Unanswered = true
-			for _, entry := range stage.Entries {
-				d.Prune = append(d.Prune, pruneDiff(entry.ID, entry.Version, stage.Name, DiffNotCompared, "not compared: "+err.Error()))
-			}
+			skip(err)
 		}
 	}
 	d.scrub()
