@@ -187,6 +187,7 @@ func TestCapstanInCluster(t *testing.T) {
 		{"a second install changes nothing", testInstallAgain},
 		{"another replica takes over a stage in progress without applying it again", testFailover},
 		{"a permission RBAC lacks is named in status, and granting it heals", testMissingPermission},
+		{"Capstan applies its own Deployment from git and hands over to the pod it rolled out", testManagesItself},
 		{"uninstall refuses while ClusterDeployments exist, then removes everything", testUninstall},
 	} {
 		if !t.Run(step.name, func(t *testing.T) { step.run(t, c) }) {
