@@ -200,7 +200,10 @@ func (r *Reconciler) executorFor(ctx context.Context, cd *capstanv1.ClusterDeplo
 	if ref == nil || (stage.Action == capstanv1.StageActionPivot && cd.Annotations[pivot.ArrivedAnnotation] != "") {
 		// A deployment that moved here needs no connection for its pivot
 		// stage: it only takes the deployment over, here.
-		return r.executor, nil
+		if stage.Action == capstanv1.StageActionPivot {
+			return r.executor, nil
+		}
+		return r.local(cd)
 	}
 	key, err := resolveKubeConfig(cd, ref, plan.AppliedObjects())
 	if err != nil {

@@ -228,6 +228,7 @@ func New(opts Options) (*Daemon, error) {
 	r := &Reconciler{
 		client:   shard.client(mgr.GetClient()),
 		executor: stages.NewExecutor(direct, execOpts...),
+		actors:   newActors(opts.Config, scheme, mgr.GetRESTMapper()),
 		sources:  srcs,
 		clusters: newClusterCache(mgr.GetAPIReader(), scheme),
 		events:   shard.recorder(mgr.GetEventRecorder("capstan")),

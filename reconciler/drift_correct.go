@@ -130,7 +130,11 @@ func (r *Reconciler) correctDrift(ctx context.Context, cd *capstanv1.ClusterDepl
 	owner := stages.Owner{Name: cd.Name, Namespace: cd.Namespace}
 	// One connection per cluster and correction; a cluster that cannot be
 	// reached is asked once.
-	executors := map[clusterKey]*stages.Executor{localRef: r.executor}
+	home, err := r.local(cd)
+	if err != nil {
+		return err
+	}
+	executors := map[clusterKey]*stages.Executor{localRef: home}
 	unreached := map[clusterKey]bool{}
 	left := map[driftKey]string{}
 	var errs []error

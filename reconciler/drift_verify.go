@@ -77,8 +77,7 @@ func (r *Reconciler) verifyDesired(ctx context.Context, cd *capstanv1.ClusterDep
 	handled := map[driftKey]bool{}
 	var errs []error
 	for _, g := range sorted {
-		exec := r.executor
-		var err error
+		exec, err := r.local(cd)
 		if g.ref != localRef {
 			exec, err = r.executorVia(ctx, cd, g.ref)
 		}

@@ -39,7 +39,7 @@ func recordInventory(cd *capstanv1.ClusterDeployment, exec *stages.Executor, sta
 // stage's objects were applied to.
 func (r *Reconciler) executorForInventory(ctx context.Context, cd *capstanv1.ClusterDeployment, s capstanv1.InventoryStage) (*stages.Executor, error) {
 	if s.KubeConfig == nil {
-		return r.executor, nil
+		return r.local(cd)
 	}
 	return r.executorVia(ctx, cd, inventoryKey(s))
 }

@@ -57,7 +57,11 @@ func (r *Reconciler) preflight(ctx context.Context, a *attempt) (bool, error) {
 	// The dry runs' answers go with the plan (cached for this revision)
 	// to the stages' applies, which then need not send them again.
 	a.plan.DryRuns = &stages.DryRuns{}
-	checked, err := r.executor.Preflight(ctx, a.plan, stages.Owner{Name: a.cd.Name, Namespace: a.cd.Namespace}, stages.PreflightOptions{
+	exec, err := r.local(a.cd)
+	if err != nil {
+		return false, err
+	}
+	checked, err := exec.Preflight(ctx, a.plan, stages.Owner{Name: a.cd.Name, Namespace: a.cd.Namespace}, stages.PreflightOptions{
 		File: func(obj *unstructured.Unstructured) string { return files[obj] },
 		Skip: func(obj *unstructured.Unstructured) bool { return a.rendered != nil && a.rendered.HasUnset(obj) },
 		// Stages that act on another cluster are checked offline only:

@@ -149,7 +149,11 @@ func (p *prPlanner) PlanHead(ctx context.Context, cd *capstanv1.ClusterDeploymen
 	// is commented, and the head is planned again later. Only the
 	// deployment's own cluster stops it so: another one leaves its stages
 	// not compared, and says so.
-	differ := clusterDiffer{home: p.r.executor, clusters: p.r.clusters}
+	home, err := p.r.local(cd)
+	if err != nil {
+		return res, err
+	}
+	differ := clusterDiffer{home: home, clusters: p.r.clusters}
 	d, err := differ.diff(ctx, cd, plan, DiffOptionsFor(cd.Spec, cd))
 	if err != nil {
 		if stages.IsStalled(err) {

@@ -40,6 +40,9 @@ type Stats struct {
 type Reconciler struct {
 	client   client.Client
 	executor *stages.Executor
+	// actors act as the deployments' ServiceAccounts (impersonate.go);
+	// nil: Capstan acts as itself for every deployment.
+	actors   *actors
 	sources  *sourceCache
 	clusters *clusterCache
 	drift    *driftWatcher
@@ -61,6 +64,10 @@ type Reconciler struct {
 
 // ReconcilerOptions tune the loop.
 type ReconcilerOptions struct {
+	// DefaultServiceAccount is the ServiceAccount, in each deployment's
+	// namespace, that Capstan acts as for deployments that name none
+	// (spec.serviceAccountName); empty: Capstan's own identity.
+	DefaultServiceAccount string
 	// WaitSlice bounds how long one attempt waits on watch events for a
 	// stage to become ready before it records progress and yields.
 	WaitSlice time.Duration

@@ -417,7 +417,7 @@ func (e *Executor) lookFailed(od ObjectDiff, obj *unstructured.Unstructured, ver
 	if IsUnanswered(err) {
 		return objectLook{err: fmt.Errorf("%s %s: %w", verb, ObjectRef(obj), err)}
 	}
-	classified := classifyApplyError(obj, err)
+	classified := e.classify(obj, err)
 	od.Action, od.Error = DiffFailed, classified.Error()
 	// A permission Capstan lacks is not a fault of the object: granting it
 	// heals the apply at the same revision, so preflight only warns and the

@@ -210,15 +210,23 @@ func IsUnanswered(err error) bool {
 	return answered && status.Status().Code == http.StatusBadGateway
 }
 
-// classifyApplyError names the object and gives an error of the API server
-// its reason and policy. Stalled, because a retry of the same object
-// cannot succeed: a kind the cluster does not serve, an object it refuses
-// as invalid, one over its request size limit, a kind Capstan's identity
-// may not write (RBAC; looked at again every forbiddenRecheck, since
-// granting the permission heals it at the same revision). Anything else
-// (a timeout, a conflict, a webhook that did not answer, a namespace being
-// terminated) is retried.
-func classifyApplyError(obj *unstructured.Unstructured, err error) error {
+// classify is classifyApplyErrorAs for what e sent, as the identity e
+// acts as.
+func (e *Executor) classify(obj *unstructured.Unstructured, err error) error {
+	return classifyApplyErrorAs(obj, err, e.actor)
+}
+
+// classifyApplyErrorAs names the object and gives an error of the API
+// server its reason and policy. Stalled, because a retry of the same
+// object cannot succeed: a kind the cluster does not serve, an object it
+// refuses as invalid, one over its request size limit, a kind the
+// identity may not write (RBAC; looked at again every forbiddenRecheck,
+// since granting the permission heals it at the same revision). Anything
+// else (a timeout, a conflict, a webhook that did not answer, a namespace
+// being terminated) is retried. actor is the deployment's ServiceAccount
+// ("namespace/name") the request was made as, which the hint for a
+// missing permission names; empty: Capstan's own identity.
+func classifyApplyErrorAs(obj *unstructured.Unstructured, err error, actor string) error {
 	wrapped := err
 	if !strings.Contains(err.Error(), ObjectRef(obj)) {
 		wrapped = fmt.Errorf("apply %s: %w", ObjectRef(obj), err)
@@ -232,6 +240,11 @@ func classifyApplyError(obj *unstructured.Unstructured, err error) error {
 			"split the object, or keep large data out of it (a ConfigMap or Secret holds at most 1 MiB)", wrapped))
 	case isInvalid(err):
 		return failure.Stalled(ReasonObjectInvalid, wrapped)
+	case isRBACDenied(err) && actor != "":
+		return &failure.Error{Reason: ReasonForbidden, Policy: failure.PolicyStalled, RetryAfter: forbiddenRecheck,
+			Err: fmt.Errorf("%w; the deployment acts as ServiceAccount %s (spec.serviceAccountName, else capstan run's --default-service-account): "+
+				"bind a Role or ClusterRole with this permission to it (docs/tenancy.md); "+
+				"the stage is tried again every minute, or at once with capstan reconcile", wrapped, actor)}
 	case isRBACDenied(err):
 		return &failure.Error{Reason: ReasonForbidden, Policy: failure.PolicyStalled, RetryAfter: forbiddenRecheck,
 			Err: fmt.Errorf("%w; grant Capstan's ServiceAccount this permission with a ClusterRole labelled %s: \"true\" (docs/install.md#rbac); "+

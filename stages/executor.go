@@ -82,6 +82,13 @@ type Executor struct {
 	// cluster was read from, when it is not the home cluster.
 	kubeConfig          *capstanv1.SecretKeyReference
 	kubeConfigNamespace string
+	// own is Capstan's own identity in the cluster acted on, for its own
+	// records there (the fencing record): client, unless As gave the
+	// executor another identity.
+	own client.Client
+	// actor is the ServiceAccount ("namespace/name") the executor acts as
+	// (As); empty: Capstan's own identity.
+	actor string
 }
 
 // ExecutorOption configures an Executor.
@@ -124,12 +131,27 @@ func (e *Executor) Via(namespace, name, key string) *Executor {
 	return e
 }
 
+// As returns an executor with e's settings that acts on the cluster
+// Capstan runs in as the identity of c (a client that impersonates a
+// deployment's ServiceAccount): the deployment's objects are read,
+// dry-run, applied and deleted through c, while Capstan's own records
+// there (the fencing record) keep e's identity, as do its reads of the
+// ClusterDeployments. actor names the identity in messages
+// ("namespace/name" of the ServiceAccount).
+func (e *Executor) As(c client.WithWatch, actor string) *Executor {
+	own := e.own
+	as := e.On(LocalCluster(c))
+	as.own, as.actor = own, actor
+	return as
+}
+
 // Cluster is the cluster the executor acts on.
 func (e *Executor) Cluster() Cluster { return e.cluster }
 
 func (e *Executor) bind(c Cluster) {
 	e.cluster = c
 	e.client = c.Client()
+	e.own = e.client
 	e.manager = nil
 	if e.client != nil {
 		e.manager = ssa.NewResourceManager(e.client, nil, ssa.Owner{Field: FieldManager, Group: OwnerGroup})

@@ -102,7 +102,7 @@ func (e *Executor) Reapply(ctx context.Context, obj *unstructured.Unstructured, 
 	}
 	applied := ownedBy(obj, stage, owner)
 	if err := e.client.Patch(ctx, applied, client.Apply, client.ForceOwnership, client.FieldOwner(FieldManager)); err != nil {
-		return classifyApplyError(obj, err)
+		return e.classify(obj, err)
 	}
 	return nil
 }
@@ -240,7 +240,7 @@ func (e *Executor) applyWave(ctx context.Context, objects []*unstructured.Unstru
 		}
 		applied := objects[i].DeepCopy()
 		if err := e.client.Patch(ctx, applied, client.Apply, client.ForceOwnership, client.FieldOwner(FieldManager)); err != nil {
-			errs[i] = classifyApplyError(objects[i], err)
+			errs[i] = e.classify(objects[i], err)
 			return
 		}
 		observed[i] = applied
@@ -303,7 +303,7 @@ func (e *Executor) create(ctx context.Context, obj *unstructured.Unstructured, o
 		return applied, ssa.CreatedAction, nil
 	}
 	if !apierrors.IsConflict(err) {
-		return nil, "", classifyApplyError(obj, err)
+		return nil, "", e.classify(obj, err)
 	}
 	entry, err := e.diff(ctx, obj, owner, owners)
 	if err != nil || (entry.Action != ssa.CreatedAction && entry.Action != ssa.ConfiguredAction) {
@@ -311,7 +311,7 @@ func (e *Executor) create(ctx context.Context, obj *unstructured.Unstructured, o
 	}
 	applied = obj.DeepCopy()
 	if err := e.client.Patch(ctx, applied, client.Apply, client.ForceOwnership, client.FieldOwner(FieldManager)); err != nil {
-		return nil, "", classifyApplyError(obj, err)
+		return nil, "", e.classify(obj, err)
 	}
 	return applied, entry.Action, nil
 }

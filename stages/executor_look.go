@@ -107,7 +107,7 @@ func (e *Executor) lookList(ctx context.Context, k groupKey, idx []int, objects,
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(k.gvk.GroupVersion().WithKind(k.gvk.Kind + "List"))
 		if err := e.client.List(ctx, list, append(opts, client.Continue(cont))...); err != nil {
-			return classifyApplyError(objects[idx[0]], err)
+			return e.classify(objects[idx[0]], err)
 		}
 		for j := range list.Items {
 			if i, ok := want[list.Items[j].GetName()]; ok {
@@ -149,7 +149,7 @@ func (e *Executor) lookRest(ctx context.Context, want map[string]int, objects, l
 			case apierrors.IsNotFound(err):
 			case err != nil:
 				mu.Lock()
-				errs = append(errs, classifyApplyError(objects[i], err))
+				errs = append(errs, e.classify(objects[i], err))
 				mu.Unlock()
 			default:
 				live[i] = obj
@@ -177,7 +177,7 @@ func (e *Executor) diffLive(ctx context.Context, obj, live, answer *unstructured
 	if dryRun == nil {
 		dryRun = obj.DeepCopy()
 		if err := e.client.Patch(ctx, dryRun, client.Apply, client.DryRunAll, client.ForceOwnership, client.FieldOwner(FieldManager)); err != nil {
-			return "", nil, classifyApplyError(obj, err)
+			return "", nil, e.classify(obj, err)
 		}
 	}
 	if changes(live, dryRun, true) {
@@ -195,7 +195,7 @@ func (e *Executor) diff(ctx context.Context, obj *unstructured.Unstructured, own
 	entry := changeSetEntry(obj)
 	dryRun := obj.DeepCopy()
 	if err := e.client.Patch(ctx, dryRun, client.Apply, client.DryRunAll, client.ForceOwnership, client.FieldOwner(FieldManager)); err != nil {
-		return entry, classifyApplyError(obj, err)
+		return entry, e.classify(obj, err)
 	}
 	if dryRun.GetResourceVersion() == "" {
 		entry.Action = ssa.CreatedAction
@@ -209,7 +209,7 @@ func (e *Executor) diff(ctx context.Context, obj *unstructured.Unstructured, own
 			entry.Action = ssa.CreatedAction
 			return entry, nil
 		}
-		return entry, classifyApplyError(obj, err)
+		return entry, e.classify(obj, err)
 	}
 	if err := owners.check(ctx, obj, live, owner); err != nil {
 		return entry, err

@@ -110,7 +110,7 @@ func (e *Executor) checkFence(ctx context.Context, owner Owner) error {
 	if err != nil || id == "" {
 		return err
 	}
-	if err := pivot.CheckFence(ctx, e.client, owner.Namespace, owner.Name, id, name); err != nil {
+	if err := pivot.CheckFence(ctx, e.own, owner.Namespace, owner.Name, id, name); err != nil {
 		if pivot.IsFenced(err) {
 			return failure.Stalled(ReasonFenced, err)
 		}

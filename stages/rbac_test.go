@@ -30,7 +30,7 @@ func TestApplyErrorsForbiddenByRBACSayHowToGrant(t *testing.T) {
 		{"an invalid object stalls", apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "extra", nil), false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := classifyApplyError(obj, tc.err)
+			err := classifyApplyErrorAs(obj, tc.err, "")
 			msg := err.Error()
 			if !strings.Contains(msg, "ConfigMap/apps/extra") || !strings.Contains(msg, tc.err.Error()) {
 				t.Errorf("error %q does not keep the object and the API server's words", msg)
@@ -45,5 +45,26 @@ func TestApplyErrorsForbiddenByRBACSayHowToGrant(t *testing.T) {
 				t.Errorf("a stage stalled on RBAC is not looked at again (%+v): granting the permission heals it at the same revision", f)
 			}
 		})
+	}
+}
+
+// A deployment that acts as its ServiceAccount is told to grant the
+// permission to that ServiceAccount, not to Capstan's.
+func TestForbiddenAsAServiceAccountNamesIt(t *testing.T) {
+	obj := &unstructured.Unstructured{}
+	obj.SetAPIVersion("v1")
+	obj.SetKind("ConfigMap")
+	obj.SetNamespace("other")
+	obj.SetName("theirs")
+	denied := apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "theirs",
+		errors.New(`User "system:serviceaccount:team-a:deployer" cannot patch resource "configmaps" in API group "" in the namespace "other"`))
+	msg := classifyApplyErrorAs(obj, denied, "team-a/deployer").Error()
+	for _, want := range []string{"ServiceAccount team-a/deployer", "spec.serviceAccountName", "docs/tenancy.md", denied.Error()} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not say %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, AggregateToApplyLabel) {
+		t.Errorf("error %q tells to grant Capstan's own ServiceAccount, which is not the one refused", msg)
 	}
 }

@@ -90,6 +90,19 @@ type ClusterDeploymentSpec struct {
 	// +kubebuilder:validation:Enum=correct;report;ignore
 	Drift DriftPolicy `json:"drift,omitempty"`
 
+	// ServiceAccountName names a ServiceAccount of the deployment's
+	// namespace that Capstan acts as (impersonates) for what it does to the
+	// deployment's objects in the cluster it runs in: the preflight's and
+	// the plans' dry runs, applies, the reads of readiness checks, prunes,
+	// deletions and drift corrections. It needs get, list, watch, create,
+	// patch and delete on them. Empty: capstan run's
+	// --default-service-account, or, without it, Capstan's own identity.
+	// Stages that act on another cluster act as their kubeconfig's user.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
 	// Report says where the deployment's progress is written back besides
 	// its status (docs/report.md).
 	// +optional

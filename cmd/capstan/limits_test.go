@@ -59,3 +59,12 @@ func mustParse(t *testing.T, s string) int64 {
 	}
 	return n
 }
+
+// A --default-service-account that cannot name a ServiceAccount is
+// refused before the daemon starts, saying what a name must be.
+func TestRunRefusesABadDefaultServiceAccount(t *testing.T) {
+	_, err := runCapstan(t, "run", "--default-service-account", "Team_A")
+	if err == nil || !strings.Contains(err.Error(), `--default-service-account "Team_A" is not a ServiceAccount name`) {
+		t.Fatalf("capstan run --default-service-account Team_A: %v, want the name refused", err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -127,6 +128,7 @@ type daemonFlags struct {
 	pprofAddr            string
 	workers, concurrency int
 	waitSlice            time.Duration
+	serviceAccount       string
 	logFormat            string
 	leader               reconciler.LeaderElectionOptions
 	sharding             reconciler.ShardingOptions
@@ -141,6 +143,7 @@ func (f *daemonFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&f.workers, "workers", d.Workers, "ClusterDeployments reconciled at once")
 	fs.IntVar(&f.concurrency, "apply-concurrency", d.ApplyConcurrency, "objects of one stage applied in parallel")
 	fs.DurationVar(&f.waitSlice, "wait-slice", d.Reconciler.WaitSlice, "how long one attempt waits for a stage before it records progress")
+	fs.StringVar(&f.serviceAccount, "default-service-account", "", "ServiceAccount (in each ClusterDeployment's namespace) to act as for deployments that set no spec.serviceAccountName; empty: Capstan's own identity (docs/tenancy.md)")
 	fs.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
 	fs.BoolVar(&f.leader.Enabled, "leader-elect", d.LeaderElection.Enabled, "elect a leader through a Lease, so that of several replicas only one acts")
 	fs.StringVar(&f.leader.Namespace, "leader-election-namespace", "", "namespace of the leader Lease (default: the pod's namespace, else capstan-system)")
@@ -232,6 +235,11 @@ func newRunCommand() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			setLogger(daemon.logFormat)
+			if sa := daemon.serviceAccount; sa != "" {
+				if errs := validation.IsDNS1123Subdomain(sa); len(errs) > 0 {
+					return fmt.Errorf("--default-service-account %q is not a ServiceAccount name: %s", sa, strings.Join(errs, "; "))
+				}
+			}
 			cfg, err := cluster.restConfig()
 			if err != nil {
 				return err
@@ -247,6 +255,7 @@ func newRunCommand() *cobra.Command {
 			opts.PprofAddr = daemon.pprofAddr
 			opts.Workers, opts.ApplyConcurrency = daemon.workers, daemon.concurrency
 			opts.Reconciler.WaitSlice = daemon.waitSlice
+			opts.Reconciler.DefaultServiceAccount = daemon.serviceAccount
 			opts.Webhook = daemon.webhook()
 			opts.LeaderElection = daemon.leader
 			opts.Sharding = daemon.sharding

@@ -1,0 +1,91 @@
+package reconciler
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/stages"
+)
+
+// A deployment that names a ServiceAccount (spec.serviceAccountName, or
+// the daemon's --default-service-account) has what Capstan does to its
+// objects in the cluster Capstan runs in done as that ServiceAccount:
+// the API server impersonates it, so its RBAC bounds what the deployment
+// can create, change or delete, as Flux's serviceAccountName does. What
+// Capstan does for itself keeps Capstan's identity: its own
+// ClusterDeployments and their status, the owner lookups that keep one
+// owner per object, the drift watch's reads, the bootstrap key.
+
+// actors builds and keeps one client per ServiceAccount Capstan acts as.
+type actors struct {
+	config *rest.Config
+	scheme *runtime.Scheme
+	mapper meta.RESTMapper
+
+	mu      sync.Mutex
+	clients map[string]client.WithWatch
+}
+
+func newActors(config *rest.Config, scheme *runtime.Scheme, mapper meta.RESTMapper) *actors {
+	return &actors{config: config, scheme: scheme, mapper: mapper, clients: map[string]client.WithWatch{}}
+}
+
+// serviceAccountUser is the user name of ServiceAccount name in namespace
+// ns; impersonating it, the API server adds the ServiceAccount groups.
+func serviceAccountUser(ns, name string) string {
+	return "system:serviceaccount:" + ns + ":" + name
+}
+
+// client returns the client that acts as user. Clients share the REST
+// mapper, and client-go shares their connections (its transport cache is
+// keyed by TLS settings); each adds the impersonation header.
+func (a *actors) client(user string) (client.WithWatch, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c, ok := a.clients[user]; ok {
+		return c, nil
+	}
+	cfg := rest.CopyConfig(a.config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: a.scheme, Mapper: a.mapper})
+	if err != nil {
+		return nil, fmt.Errorf("client acting as %s: %w", user, err)
+	}
+	a.clients[user] = c
+	return c, nil
+}
+
+// actorOf returns the user Capstan acts as for cd's objects in its own
+// cluster: "" for Capstan itself.
+func (r *Reconciler) actorOf(cd *capstanv1.ClusterDeployment) string {
+	name := cd.Spec.ServiceAccountName
+	if name == "" {
+		name = r.opts.DefaultServiceAccount
+	}
+	if name == "" {
+		return ""
+	}
+	return serviceAccountUser(cd.Namespace, name)
+}
+
+// local returns the executor for cd's objects in the cluster Capstan
+// runs in: Capstan's own, or one that acts as cd's ServiceAccount (its
+// ClusterDeployment reads, owner lookups and fencing stay Capstan's).
+func (r *Reconciler) local(cd *capstanv1.ClusterDeployment) (*stages.Executor, error) {
+	user := r.actorOf(cd)
+	if user == "" || r.actors == nil {
+		return r.executor, nil
+	}
+	c, err := r.actors.client(user)
+	if err != nil {
+		return nil, err
+	}
+	return r.executor.As(c, strings.TrimPrefix(strings.ReplaceAll(user, ":", "/"), "system/serviceaccount/")), nil
+}
