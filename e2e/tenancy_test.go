@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -89,5 +91,38 @@ func TestDeploymentsActAsTheirServiceAccount(t *testing.T) {
 	}
 	waitFor(t, "the deleted ConfigMap restored as "+ns+"/wide", func() (bool, error) {
 		return exists(t, c, configMapGVK, other, "theirs"), nil
+	})
+}
+
+// TestTenantNamespaceDeletionDoesNotHang: deleting the namespace of a
+// deployment that acts as its ServiceAccount takes the ServiceAccount's
+// RoleBindings with it before the deployment's finalizer has deleted its
+// objects. The finalizer must not wait for a permission that cannot come
+// back: the namespace goes.
+func TestTenantNamespaceDeletionDoesNotHang(t *testing.T) {
+	c := newClient(t)
+	ns := newNamespace(t)
+	grantConfigMaps(t, c, ns, "deployer", ns)
+	url := pushOwned(t, ns, cm("mine", "A"))
+	startDaemon(t, nil)
+	spec := ownedSpec(url, ns, gitSecret(t, c, ns), "A")
+	spec.ServiceAccountName = "deployer"
+	createDeployment(t, c, ns, "tenant", spec)
+	waitDeployment(t, c, ns, "tenant", "Ready", isReady)
+
+	ctx := context.Background()
+	if err := c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "namespace "+ns+" gone", func() (bool, error) {
+		err := c.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		cd := &capstanv1.ClusterDeployment{}
+		if c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "tenant"}, cd) == nil {
+			return false, fmt.Errorf("ClusterDeployment tenant still there: %s", describe(cd))
+		}
+		return false, err
 	})
 }

@@ -1,10 +1,13 @@
 package reconciler
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -88,4 +91,22 @@ func (r *Reconciler) local(cd *capstanv1.ClusterDeployment) (*stages.Executor, e
 		return nil, err
 	}
 	return r.executor.As(c, strings.TrimPrefix(strings.ReplaceAll(user, ":", "/"), "system/serviceaccount/")), nil
+}
+
+// lockedOut reports whether err, from deleting the objects of cd, which
+// is being deleted, is its ServiceAccount refused while cd's namespace
+// is being deleted: the namespace's RoleBindings (and the ServiceAccount)
+// go with it, so the permission will not come back.
+func (r *Reconciler) lockedOut(ctx context.Context, cd *capstanv1.ClusterDeployment, err error) bool {
+	if r.actorOf(cd) == "" || !apierrors.IsForbidden(err) {
+		return false
+	}
+	ns := &corev1.Namespace{}
+	switch err := r.client.Get(ctx, client.ObjectKey{Name: cd.Namespace}, ns); {
+	case apierrors.IsNotFound(err):
+		return true
+	case err != nil:
+		return false
+	}
+	return ns.DeletionTimestamp != nil
 }

@@ -222,7 +222,13 @@ func (r *Reconciler) finalize(ctx context.Context, cd *capstanv1.ClusterDeployme
 		if perr := r.patchStatus(ctx, before, cd); perr != nil {
 			return reconcile.Result{}, perr
 		}
-		if err != nil {
+		switch {
+		case err != nil && r.lockedOut(ctx, cd, err):
+			// The namespace goes, and the ServiceAccount's permissions
+			// with it: waiting would hold the namespace forever.
+			r.event(cd, "Warning", "Orphaned", "left the objects it applied: namespace %s is being deleted, and ServiceAccount %s may no longer delete them",
+				cd.Namespace, r.actorOf(cd))
+		case err != nil:
 			log.FromContext(ctx).Error(err, "delete the deployment's objects")
 			r.event(cd, "Warning", "DeleteFailed", "%v", err)
 			return reconcile.Result{RequeueAfter: r.backoff(r.failures.inc(client.ObjectKeyFromObject(cd)))}, nil
