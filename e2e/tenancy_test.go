@@ -72,8 +72,10 @@ func TestDeploymentsActAsTheirServiceAccount(t *testing.T) {
 		t.Error("the refused stage left objects applied")
 	}
 
+	// A merge patch: the daemon writes the status meanwhile.
+	before := cd.DeepCopy()
 	cd.Spec.ServiceAccountName = "wide"
-	if err := c.Update(context.Background(), cd); err != nil {
+	if err := c.Patch(context.Background(), cd, client.MergeFrom(before)); err != nil {
 		t.Fatal(err)
 	}
 	cd = waitDeployment(t, c, ns, "tenant", "Ready as "+ns+"/wide", isReady)
