@@ -12,12 +12,18 @@ import (
 	"github.com/capstan-dev/capstan/failure"
 )
 
-func TestApplyErrorsForbiddenByRBACSayHowToGrant(t *testing.T) {
+// configMapNamed is an empty ConfigMap ns/name.
+func configMapNamed(ns, name string) *unstructured.Unstructured {
 	obj := &unstructured.Unstructured{}
 	obj.SetAPIVersion("v1")
 	obj.SetKind("ConfigMap")
-	obj.SetNamespace("apps")
-	obj.SetName("extra")
+	obj.SetNamespace(ns)
+	obj.SetName(name)
+	return obj
+}
+
+func TestApplyErrorsForbiddenByRBACSayHowToGrant(t *testing.T) {
+	obj := configMapNamed("apps", "extra")
 	gr := schema.GroupResource{Resource: "configmaps"}
 	for _, tc := range []struct {
 		name      string
@@ -51,11 +57,7 @@ func TestApplyErrorsForbiddenByRBACSayHowToGrant(t *testing.T) {
 // A deployment that acts as its ServiceAccount is told to grant the
 // permission to that ServiceAccount, not to Capstan's.
 func TestForbiddenAsAServiceAccountNamesIt(t *testing.T) {
-	obj := &unstructured.Unstructured{}
-	obj.SetAPIVersion("v1")
-	obj.SetKind("ConfigMap")
-	obj.SetNamespace("other")
-	obj.SetName("theirs")
+	obj := configMapNamed("other", "theirs")
 	denied := apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "theirs",
 		errors.New(`User "system:serviceaccount:team-a:deployer" cannot patch resource "configmaps" in API group "" in the namespace "other"`))
 	msg := classifyApplyErrorAs(obj, denied, "team-a/deployer").Error()
