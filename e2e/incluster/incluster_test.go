@@ -188,6 +188,7 @@ func TestCapstanInCluster(t *testing.T) {
 		{"another replica takes over a stage in progress without applying it again", testFailover},
 		{"a permission RBAC lacks is named in status, and granting it heals", testMissingPermission},
 		{"Capstan applies its own Deployment from git and hands over to the pod it rolled out", testManagesItself},
+		{"a deployment acts as its ServiceAccount under the shipped RBAC", testActsAsItsServiceAccount},
 		{"uninstall refuses while ClusterDeployments exist, then removes everything", testUninstall},
 	} {
 		if !t.Run(step.name, func(t *testing.T) { step.run(t, c) }) {
