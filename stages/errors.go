@@ -240,6 +240,11 @@ func classifyApplyErrorAs(obj *unstructured.Unstructured, err error, actor strin
 			"split the object, or keep large data out of it (a ConfigMap or Secret holds at most 1 MiB)", wrapped))
 	case isInvalid(err):
 		return failure.Stalled(ReasonObjectInvalid, wrapped)
+	case isRBACDenied(err) && actor != "" && strings.Contains(err.Error(), "cannot impersonate"):
+		return &failure.Error{Reason: ReasonForbidden, Policy: failure.PolicyStalled, RetryAfter: forbiddenRecheck,
+			Err: fmt.Errorf("%w; Capstan may not act as ServiceAccount %s: its own role needs impersonate on serviceaccounts, "+
+				"which capstan-manager grants (manifests/install/rbac.yaml; capstan install puts it back); "+
+				"the stage is tried again every minute, or at once with capstan reconcile", wrapped, actor)}
 	case isRBACDenied(err) && actor != "":
 		return &failure.Error{Reason: ReasonForbidden, Policy: failure.PolicyStalled, RetryAfter: forbiddenRecheck,
 			Err: fmt.Errorf("%w; the deployment acts as ServiceAccount %s (spec.serviceAccountName, else capstan run's --default-service-account): "+

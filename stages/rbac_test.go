@@ -70,3 +70,19 @@ func TestForbiddenAsAServiceAccountNamesIt(t *testing.T) {
 		t.Errorf("error %q tells to grant Capstan's own ServiceAccount, which is not the one refused", msg)
 	}
 }
+
+// Capstan itself refused the impersonation: the hint is about Capstan's
+// role, not the ServiceAccount's.
+func TestImpersonationRefusedNamesCapstansRole(t *testing.T) {
+	denied := apierrors.NewForbidden(schema.GroupResource{Resource: "serviceaccounts"}, "deployer",
+		errors.New(`User "system:serviceaccount:capstan-system:capstan" cannot impersonate resource "serviceaccounts" in API group "" in the namespace "team-a"`))
+	msg := classifyApplyErrorAs(configMapNamed("team-a", "mine"), denied, "team-a/deployer").Error()
+	for _, want := range []string{"impersonate on serviceaccounts", "capstan-manager", "team-a/deployer"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not say %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "bind a Role") {
+		t.Errorf("error %q tells to grant the ServiceAccount, which was not what was refused", msg)
+	}
+}
