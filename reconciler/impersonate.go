@@ -26,7 +26,8 @@ import (
 // ClusterDeployments and their status, the owner lookups that keep one
 // owner per object, the drift watch's reads, the bootstrap key.
 
-// actors builds and keeps one client per ServiceAccount Capstan acts as.
+// actors builds and keeps one client per ServiceAccount Capstan acts as,
+// while a deployment uses it.
 type actors struct {
 	config *rest.Config
 	scheme *runtime.Scheme
@@ -34,10 +35,13 @@ type actors struct {
 
 	mu      sync.Mutex
 	clients map[string]client.WithWatch
+	// users are the deployments (namespace/name) that act as each user.
+	users map[string]map[string]bool
 }
 
 func newActors(config *rest.Config, scheme *runtime.Scheme, mapper meta.RESTMapper) *actors {
-	return &actors{config: config, scheme: scheme, mapper: mapper, clients: map[string]client.WithWatch{}}
+	return &actors{config: config, scheme: scheme, mapper: mapper,
+		clients: map[string]client.WithWatch{}, users: map[string]map[string]bool{}}
 }
 
 // serviceAccountUser is the user name of ServiceAccount name in namespace
@@ -46,12 +50,22 @@ func serviceAccountUser(ns, name string) string {
 	return "system:serviceaccount:" + ns + ":" + name
 }
 
-// client returns the client that acts as user. Clients share the REST
-// mapper, and client-go shares their connections (its transport cache is
-// keyed by TLS settings); each adds the impersonation header.
-func (a *actors) client(user string) (client.WithWatch, error) {
+// client returns the client that acts as user for deployment cd
+// ("namespace/name"). Clients share the REST mapper, and client-go shares
+// their connections (its transport cache is keyed by TLS settings); each
+// adds the impersonation header.
+func (a *actors) client(user, cd string) (client.WithWatch, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	for other, users := range a.users {
+		if other != user && users[cd] {
+			a.leave(other, cd) // the deployment names another one now
+		}
+	}
+	if a.users[user] == nil {
+		a.users[user] = map[string]bool{}
+	}
+	a.users[user][cd] = true
 	if c, ok := a.clients[user]; ok {
 		return c, nil
 	}
@@ -63,6 +77,34 @@ func (a *actors) client(user string) (client.WithWatch, error) {
 	}
 	a.clients[user] = c
 	return c, nil
+}
+
+// forget drops deployment cd's use of its ServiceAccount's client, and
+// the client when no deployment uses it any more.
+func (a *actors) forget(cd string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for user, users := range a.users {
+		if users[cd] {
+			a.leave(user, cd)
+		}
+	}
+}
+
+// leave drops cd from user's users; a.mu is held.
+func (a *actors) leave(user, cd string) {
+	delete(a.users[user], cd)
+	if len(a.users[user]) == 0 {
+		delete(a.users, user)
+		delete(a.clients, user)
+	}
+}
+
+// len is how many clients are kept, for tests.
+func (a *actors) len() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.clients)
 }
 
 // actorOf returns the user Capstan acts as for cd's objects in its own
@@ -83,10 +125,14 @@ func (r *Reconciler) actorOf(cd *capstanv1.ClusterDeployment) string {
 // ClusterDeployment reads, owner lookups and fencing stay Capstan's).
 func (r *Reconciler) local(cd *capstanv1.ClusterDeployment) (*stages.Executor, error) {
 	user := r.actorOf(cd)
-	if user == "" || r.actors == nil {
+	if r.actors == nil {
 		return r.executor, nil
 	}
-	c, err := r.actors.client(user)
+	if user == "" {
+		r.actors.forget(cd.Namespace + "/" + cd.Name) // it may have named one before
+		return r.executor, nil
+	}
+	c, err := r.actors.client(user, cd.Namespace+"/"+cd.Name)
 	if err != nil {
 		return nil, err
 	}

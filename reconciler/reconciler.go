@@ -210,6 +210,9 @@ func (r *Reconciler) forget(namespace, name string) {
 	if r.clusters != nil {
 		r.clusters.forget(namespace, name)
 	}
+	if r.actors != nil {
+		r.actors.forget(namespace + "/" + name)
+	}
 	r.drift.forget(types.NamespacedName{Namespace: namespace, Name: name})
 	r.plans.drop(types.NamespacedName{Namespace: namespace, Name: name})
 	r.sources.forget(types.NamespacedName{Namespace: namespace, Name: name}) // and its artifact
