@@ -83,11 +83,17 @@ server-side dry-run (field manager capstan, forced, with the owner labels,
 exactly what the apply sends) and compared with the live object.
 
 It prints, per stage, each object with a marker (+ create, ~ change,
-- delete, = unchanged, ! a problem that would stop the stage) and, for
-changes, only the fields that differ. Secret values are never printed. The
+- delete, = unchanged, ? not compared, ! a problem that would stop the
+stage) and, for changes, only the fields that differ. Secret values are never printed. The
 objects the deployment applied before and PATH drops are listed as pruned;
 version and replica changes of MachineDeployments, KubeadmControlPlanes and
 LCMClusters list the rollout that follows.
+
+A stage that acts on another cluster (its kubeConfig, or the deployment's)
+is compared there, through the kubeconfig Secret read from the cluster of
+--kubeconfig; a stage whose cluster does not exist yet or does not answer
+lists its objects as not compared (?), with the reason, and the others are
+compared as usual.
 
 With --pr N, the tree is the head of open pull request N of the repository
 --deployment reads (fetched from refs/pull/N/head with the deployment's git
@@ -98,9 +104,9 @@ The deployment's identity, profile and inventory come from --deployment
 namesake gives the inventory when it exists).
 
 Exit status: 0 when nothing would change, 1 when something would (or an
-object would fail), 2 when the diff itself failed, the cluster not
-answering included: a cluster that cannot be reached is never reported as
-objects that would fail.`,
+object would fail, or a stage could not be compared), 2 when the diff
+itself failed, the cluster of --kubeconfig not answering included: a
+cluster that cannot be reached is never reported as objects that would fail.`,
 		Example: `  capstan diff --root examples -f examples/clusters/demo/clusterdeployment.yaml
   capstan diff --root . clusters/edge-01 --deployment capstan-system/edge-01
   capstan diff --root . -f clusters/edge-01/clusterdeployment.yaml -o json
