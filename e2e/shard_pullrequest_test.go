@@ -339,6 +339,8 @@ func TestShardingPullRequestCommentsHaveOneWriter(t *testing.T) {
 	if body := strings.ReplaceAll(rolled.Body, "\r\n", "\n"); !strings.HasSuffix(body, "\n"+plan) || strings.Contains(body, "is not shown") {
 		t.Errorf("after the takeover the comment does not end with the plan %s wrote:\n%s\n--- the plan\n%s", heir, body, plan)
 	}
+	// As in step 1, the forge shows the edit before its writer has the answer.
+	waitFor(t, "the rollout's edit answered", func() (bool, error) { return len(forges.of(r.repo.String(), killed2, true)) > 0, nil })
 	if got := count(forges.of(r.repo.String(), killed2, true)); !only(got, last+" PATCH") {
 		t.Errorf("%s after the heir's kill: comment writes %v, want PATCHes by %s only", r.repo, got, last)
 	}
