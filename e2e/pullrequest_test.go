@@ -407,6 +407,20 @@ func TestPullRequestPlanAndRollout(t *testing.T) {
 		}
 	}
 
+	// Another pull request on the same field, open across the merge.
+	headFive, err := s.Commit(ctx, repo, "five", edgeFiles(5, plantedSecond), "Five workers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	five, err := s.OpenPullRequest(ctx, repo, "five", "main", "Five workers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fiveComment := waitComment(t, s, repo, five.Number, "the plan against the first revision", func(b string) bool {
+		return strings.Contains(b, headFive) && strings.Contains(b, "spec.replicas: 2 -> 5") &&
+			strings.Contains(b, "Compared with the clusters as `"+first.Status.Revision+"` left them (Ready).")
+	})
+
 	// The merge rolls out; the comment and the commit status follow it.
 	merge, err := s.MergePullRequest(ctx, repo, pr.Number)
 	if err != nil {
@@ -436,8 +450,21 @@ func TestPullRequestPlanAndRollout(t *testing.T) {
 	if !strings.HasPrefix(success.TargetURL, pr.URL) {
 		t.Errorf("the commit status links to %q, want the comment on %s", success.TargetURL, pr.URL)
 	}
-	t.Logf("pull request opened -> comment %s; push -> comment edited %s; Ready -> success status %s (list interval 1s, window 1s)",
-		toComment.Round(time.Millisecond), toEdit.Round(time.Millisecond), toSuccess.Round(time.Millisecond))
+	// The open pull request is planned again against what the merge left:
+	// its comment is edited, the broken one's (the same error) is not.
+	replanned := waitComment(t, s, repo, five.Number, "the plan against the merge", func(b string) bool {
+		return strings.Contains(b, headFive) && strings.Contains(b, "spec.replicas: 4 -> 5") &&
+			strings.Contains(b, "Compared with the clusters as `main@sha1:"+merge+"` left them (Ready).")
+	})
+	toReplan := time.Since(readyAt)
+	if replanned.ID != fiveComment.ID {
+		t.Errorf("the plan after the merge went to comment %d, want comment %d edited", replanned.ID, fiveComment.ID)
+	}
+	if now := ourComments(t, s, repo, bad.Number); len(now) != 1 || now[0].Body != badComment.Body {
+		t.Errorf("the broken pull request's comment changed after the merge:\n%v\n--- was\n%s", now, badComment.Body)
+	}
+	t.Logf("pull request opened -> comment %s; push -> comment edited %s; Ready -> success status %s, other pull request planned again %s (list interval 1s, window 1s)",
+		toComment.Round(time.Millisecond), toEdit.Round(time.Millisecond), toSuccess.Round(time.Millisecond), toReplan.Round(time.Millisecond))
 	t.Logf("comment after the rollout:\n%s", final.Body)
 
 	// The status branch holds the status commits; main holds only the
@@ -461,7 +488,7 @@ func TestPullRequestPlanAndRollout(t *testing.T) {
 
 	// No Secret value anywhere.
 	var texts []string
-	for _, n := range []int64{pr.Number, bad.Number} {
+	for _, n := range []int64{pr.Number, bad.Number, five.Number} {
 		for _, cm := range ourComments(t, s, repo, n) {
 			texts = append(texts, cm.Body)
 		}

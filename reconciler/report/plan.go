@@ -48,6 +48,10 @@ type PlanCommentDeployment struct {
 	// Err is a render, plan or validation error (render.Error carries the
 	// file and field) or the reason the cluster could not be asked.
 	Err error
+	// Live says what the clusters held when the diff was made, after
+	// "Compared with the clusters" (e.g. "as `main@sha1:…` left them
+	// (Ready)"); empty leaves the line out.
+	Live string
 }
 
 // Size bounds: a comment stays well under the forges' 65,536 characters,
@@ -136,6 +140,9 @@ func writeDeployment(b *strings.Builder, d PlanCommentDeployment, details bool) 
 		icon = ":large_blue_circle:"
 	}
 	fmt.Fprintf(b, "#### %s %s: %s\n\n", icon, code(name), summary(c))
+	if d.Live != "" {
+		fmt.Fprintf(b, "Compared with the clusters %s.\n\n", d.Live)
+	}
 	if d.Err != nil {
 		writeErrors(b, d.Err)
 	}

@@ -204,8 +204,8 @@ type group struct {
 // groupState is what the watcher remembers of a group between rounds.
 type groupState struct {
 	nextList time.Time
-	// planned maps each open pull request to the head commit planned.
-	planned map[int64]string
+	// planned maps each open pull request to what it was planned against.
+	planned map[int64]plannedHead
 	prs     map[int64]*prState
 	// rollouts follows each member's revision.
 	rollouts map[types.NamespacedName]*rolloutState
@@ -282,7 +282,7 @@ func (w *PullRequests) round(ctx context.Context) time.Time {
 		w.mu.Lock()
 		st := w.groups[g.key]
 		if st == nil {
-			st = &groupState{planned: map[int64]string{}, prs: map[int64]*prState{},
+			st = &groupState{planned: map[int64]plannedHead{}, prs: map[int64]*prState{},
 				rollouts: map[types.NamespacedName]*rolloutState{}, commits: map[string]int64{}, failing: map[string]string{}}
 			w.groups[g.key] = st
 		}
@@ -356,17 +356,19 @@ func (w *PullRequests) forgeFailed(st *groupState, err error) {
 }
 
 // planOpen lists the open pull requests against the group's branch and
-// plans each head not planned yet, for every member.
+// plans, for every member, each head not planned yet or planned against
+// clusters a rollout has changed since (pullrequests_base.go).
 func (w *PullRequests) planOpen(ctx context.Context, g *group, st *groupState, f forge.Forge) error {
 	prs, err := f.OpenPullRequests(ctx, g.repo, g.branch)
 	if err = w.outcome(ctx, g, st, opList, g.members, err); err != nil {
 		return err
 	}
+	lives := livesOf(g.members)
 	open := map[int64]bool{}
 	var errs []error
 	for _, pr := range prs {
 		open[pr.Number] = true
-		if st.planned[pr.Number] == pr.HeadSHA {
+		if p, ok := st.planned[pr.Number]; ok && !p.stale(pr.HeadSHA, lives) {
 			continue
 		}
 		again, err := w.plan(ctx, g, st, f, pr)
@@ -374,9 +376,7 @@ func (w *PullRequests) planOpen(ctx context.Context, g *group, st *groupState, f
 			errs = append(errs, fmt.Errorf("pull request %d: %w", pr.Number, err))
 			continue
 		}
-		if !again {
-			st.planned[pr.Number] = pr.HeadSHA
-		}
+		st.planned[pr.Number] = plannedHead{head: pr.HeadSHA, live: lives, again: again}
 	}
 	for n := range st.planned {
 		if !open[n] {
@@ -406,7 +406,8 @@ func (w *PullRequests) plan(ctx context.Context, g *group, st *groupState, f for
 		if res.Err == nil && res.Diff != nil && !res.Diff.Changes() {
 			continue // the pull request does not touch this deployment
 		}
-		in.Deployments = append(in.Deployments, PlanCommentDeployment{Name: cd.Name, Namespace: cd.Namespace, Diff: res.Diff, Err: res.Err})
+		in.Deployments = append(in.Deployments, PlanCommentDeployment{Name: cd.Name, Namespace: cd.Namespace,
+			Diff: res.Diff, Err: res.Err, Live: liveOf(cd).text})
 	}
 	if in.Revision == "" {
 		in.Revision = pr.HeadFetchRef + "@sha1:" + pr.HeadSHA

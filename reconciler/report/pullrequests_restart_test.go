@@ -201,7 +201,7 @@ func (f *restartFixture) rollOut(ctx context.Context, sha string, ready bool) {
 		f.t.Fatal(err)
 	}
 	start := metav1.Now()
-	cd.Status.Revision = "main@sha1:" + sha
+	cd.Status.Revision, cd.Status.ObservedGeneration = "main@sha1:"+sha, cd.Generation
 	cd.Status.Stages = []capstanv1.StageStatus{{Name: "Config", State: capstanv1.StageInProgress, StartedAt: &start, Message: "waiting for the shop"}}
 	cond := metav1.Condition{Type: capstanv1.ConditionReady, Status: metav1.ConditionFalse, Reason: "Progressing", Message: "stage Config", LastTransitionTime: start}
 	if ready {
