@@ -57,6 +57,7 @@ type diffFlags struct {
 	width      int
 	pr         int64
 	tokenEnv   string
+	identity   identityFlags
 }
 
 func (f *diffFlags) BindFlags(fs *pflag.FlagSet) {
@@ -69,6 +70,7 @@ func (f *diffFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&f.output, "output", "o", "text", "output format: text, yaml or json")
 	fs.IntVar(&f.width, "width", 0, "wrap lines at this many columns (default: the terminal's width; no wrapping when not a terminal)")
 	_ = fs.MarkHidden("width")
+	f.identity.BindFlags(fs)
 	f.cluster.BindFlags(fs)
 }
 
@@ -95,6 +97,25 @@ is compared there, through the kubeconfig Secret read from the cluster of
 lists its objects as not compared (?), with the reason, and the others are
 compared as usual.
 
+Within the cluster of --kubeconfig, the deployment's objects are compared
+as its ServiceAccount, as the daemon applies them: the API server
+impersonates system:serviceaccount:NAMESPACE:NAME, named by
+--service-account, else the deployment's spec.serviceAccountName (a
+deployment relying on capstan run's --default-service-account needs
+--service-account: the CLI cannot know the daemon's flags). A change the
+ServiceAccount may not make is a problem (!) that names it. Your
+kubeconfig's user needs the RBAC verb impersonate on that ServiceAccount;
+--as-caller compares as that user instead. The ClusterDeployments (for the
+owner check) and Secrets are read as your user, as the daemon reads them as
+itself.
+
+A plan that hands the bootstrap SSH key to the cluster (profile bootstrap)
+renders ${CAPSTAN_BOOTSTRAP_SSH_KEY} with the key the daemon uses: the
+public half of Secret capstan-bootstrap-key in the deployment's namespace
+(read only; the private half is never shown). Until the daemon has made
+that Secret, a placeholder key stands in, and the output says so.
+--substitute CAPSTAN_BOOTSTRAP_SSH_KEY=... sets it yourself.
+
 With --pr N, the tree is the head of open pull request N of the repository
 --deployment reads (fetched from refs/pull/N/head with the deployment's git
 credentials): the plan Capstan comments on the pull request.
@@ -110,7 +131,9 @@ cluster that cannot be reached is never reported as objects that would fail.`,
 		Example: `  capstan diff --root examples -f examples/clusters/demo/clusterdeployment.yaml
   capstan diff --root . clusters/edge-01 --deployment capstan-system/edge-01
   capstan diff --root . -f clusters/edge-01/clusterdeployment.yaml -o json
-  capstan diff --pr 7 --deployment capstan-system/edge-01`,
+  capstan diff --pr 7 --deployment capstan-system/edge-01
+  capstan diff --root . -f clusters/edge-01/clusterdeployment.yaml --service-account deployer
+  capstan diff --root . clusters/edge-01 --deployment team-a/edge-01 --as-caller`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			changed, err := f.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args)
@@ -141,6 +164,9 @@ func (f *diffFlags) run(ctx context.Context, out, errOut io.Writer, args []strin
 	}
 	if f.deployment != "" && f.render.deployment != "" {
 		return false, errors.New("--deployment and -f exclude each other: the first reads the deployment from the cluster, the second from a file")
+	}
+	if err := f.identity.check(); err != nil {
+		return false, err
 	}
 	cfg, err := f.cluster.restConfig()
 	if err != nil {
@@ -173,6 +199,10 @@ func (f *diffFlags) diff(ctx context.Context, cfg *rest.Config, out, errOut io.W
 	if err != nil {
 		return false, err
 	}
+	key, err := f.bootstrapKey(ctx, c, &target)
+	if err != nil {
+		return false, err
+	}
 	var plan *stages.Plan
 	if f.pr != 0 {
 		plan, err = f.pullRequestPlan(ctx, c, target, errOut)
@@ -182,11 +212,16 @@ func (f *diffFlags) diff(ctx context.Context, cfg *rest.Config, out, errOut io.W
 	if err != nil {
 		return false, err
 	}
-	d, err := reconciler.DiffPreview(ctx, c, target.owner, target.spec, target.live, plan)
+	sa := f.identity.serviceAccount(target.spec)
+	d, err := reconciler.DiffPreview(ctx, c, target.owner, target.spec, target.live, plan,
+		reconciler.PreviewOptions{ServiceAccount: sa, Config: cfg})
 	if err != nil {
-		return false, fmt.Errorf("diff against %s: %w", cfg.Host, err)
+		return false, fmt.Errorf("diff against %s: %w", cfg.Host, asCallerHint(err))
 	}
-	report := diffReport{Deployment: target.owner.Namespace + "/" + target.owner.Name, Server: cfg.Host, Diff: d}
+	report := diffReport{Deployment: target.owner.Namespace + "/" + target.owner.Name, Server: cfg.Host, BootstrapKey: key, Diff: d}
+	if sa != "" {
+		report.ServiceAccount = target.owner.Namespace + "/" + sa
+	}
 	if target.live != nil {
 		report.LiveRevision = target.live.Status.Revision
 	}
@@ -231,7 +266,7 @@ func (f *diffFlags) target(ctx context.Context, c client.Client, args []string) 
 		}
 		return t, nil
 	}
-	spec, err := f.render.spec(args)
+	spec, err := f.render.givenSpec(args)
 	if err != nil {
 		return t, err
 	}
@@ -306,10 +341,16 @@ func (f *diffFlags) lineWidth(out io.Writer) int {
 
 // diffReport is what `capstan diff -o json|yaml` prints.
 type diffReport struct {
-	Deployment   string           `json:"deployment"`
-	Server       string           `json:"server"`
-	LiveRevision string           `json:"liveRevision,omitempty"`
-	Diff         *stages.PlanDiff `json:"diff"`
+	Deployment string `json:"deployment"`
+	Server     string `json:"server"`
+	// ServiceAccount is the one the deployment's objects were compared
+	// as (namespace/name); empty: as the kubeconfig's user.
+	ServiceAccount string `json:"serviceAccount,omitempty"`
+	LiveRevision   string `json:"liveRevision,omitempty"`
+	// BootstrapKey says where the plan's bootstrap key came from; nil
+	// when the plan needs none.
+	BootstrapKey *bootstrapKeyReport `json:"bootstrapKey,omitempty"`
+	Diff         *stages.PlanDiff    `json:"diff"`
 }
 
 func printDiff(w io.Writer, r diffReport, format string, width int) error {
@@ -357,10 +398,16 @@ func writeDiffText(b *strings.Builder, r diffReport) {
 	d := r.Diff
 	c := d.Counts()
 	fmt.Fprintf(b, "ClusterDeployment %s against %s", r.Deployment, r.Server)
+	if r.ServiceAccount != "" {
+		fmt.Fprintf(b, " as ServiceAccount %s", r.ServiceAccount)
+	}
 	if r.LiveRevision != "" {
 		fmt.Fprintf(b, " (live revision %s)", r.LiveRevision)
 	}
 	b.WriteString("\n")
+	if r.BootstrapKey != nil && r.BootstrapKey.Note != "" {
+		fmt.Fprintf(b, "%s\n", r.BootstrapKey.Note)
+	}
 	fmt.Fprintf(b, "%s\n", summaryLine(c))
 	if !d.Changes() {
 		b.WriteString("no changes: every object is as the cluster has it\n")
