@@ -96,7 +96,7 @@ func (f *diffFlags) bootstrapKey(ctx context.Context, c client.Reader, t *diffTa
 	}
 	public, found, err := stages.ReadBootstrapKey(ctx, c, t.owner.Namespace)
 	if err != nil {
-		return nil, fmt.Errorf("%w; the plan renders ${%s} with it, as the daemon does: or give the public key with --substitute %s=...",
+		return nil, fmt.Errorf("%w; the diff renders ${%s} with this key, as the daemon does; --substitute %s=PUBLIC-KEY gives one instead",
 			err, stages.BootstrapKeyVar, stages.BootstrapKeyVar)
 	}
 	r.From = keyFromSecret
