@@ -2,9 +2,14 @@ package reconciler
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
@@ -125,13 +130,78 @@ func previewDeployment(owner stages.Owner, spec capstanv1.ClusterDeploymentSpec,
 	return cd
 }
 
+// PreviewOptions say as whom DiffPreview compares.
+type PreviewOptions struct {
+	// ServiceAccount, when set, names the ServiceAccount of the
+	// deployment's namespace that the deployment's objects in the cluster
+	// of c are dry-run and read as, as the daemon applies them
+	// (spec.serviceAccountName, else capstan run's
+	// --default-service-account). What the daemon does as itself (reading
+	// ClusterDeployments for the owner lookups, the kubeconfig Secrets)
+	// keeps c's identity, and so do the stages on other clusters.
+	ServiceAccount string
+	// Config is c's REST config; the client that acts as ServiceAccount
+	// is made from it.
+	Config *rest.Config
+}
+
 // DiffPreview compares plan, a revision of a deployment, with every
 // cluster its stages act on: the cluster of c, and those the kubeconfig
 // Secrets that the deployment and its stages name reach (read through c).
 // owner names the deployment, spec is the spec to compare with (a file's,
 // or the live deployment's), live the deployment in the cluster or nil.
 // It is what `capstan diff` shows; the pull request comments use the same.
-func DiffPreview(ctx context.Context, c client.WithWatch, owner stages.Owner, spec capstanv1.ClusterDeploymentSpec, live *capstanv1.ClusterDeployment, plan *stages.Plan) (*stages.PlanDiff, error) {
-	d := clusterDiffer{home: stages.NewExecutor(c), clusters: newClusterCache(c, c.Scheme())}
+// When c's user may not act as opts.ServiceAccount, the error is an
+// *ImpersonationError and nothing is compared.
+func DiffPreview(ctx context.Context, c client.WithWatch, owner stages.Owner, spec capstanv1.ClusterDeploymentSpec, live *capstanv1.ClusterDeployment, plan *stages.Plan, opts PreviewOptions) (*stages.PlanDiff, error) {
+	home := stages.NewExecutor(c)
+	if opts.ServiceAccount != "" {
+		user := serviceAccountUser(owner.Namespace, opts.ServiceAccount)
+		as, err := actingAs(opts.Config, c.Scheme(), c.RESTMapper(), user)
+		if err != nil {
+			return nil, err
+		}
+		if err := mayActAs(ctx, as, owner.Namespace, opts.ServiceAccount); err != nil {
+			return nil, err
+		}
+		home = home.As(as, actorName(user))
+	}
+	d := clusterDiffer{home: home, clusters: newClusterCache(c, c.Scheme())}
 	return d.diff(ctx, previewDeployment(owner, spec, live), plan, DiffOptionsFor(spec, live))
+}
+
+// ImpersonationError says that the caller of a preview may not act as
+// the deployment's ServiceAccount, and what RBAC would let it.
+type ImpersonationError struct {
+	// Namespace and Name are the ServiceAccount's.
+	Namespace, Name string
+	Err             error
+}
+
+func (e *ImpersonationError) Error() string {
+	return fmt.Sprintf("act as ServiceAccount %s/%s (user %s), as the daemon applies the deployment's objects: %v; "+
+		"the caller needs the RBAC verb impersonate on resource serviceaccounts (core API group) named %s in namespace %s",
+		e.Namespace, e.Name, serviceAccountUser(e.Namespace, e.Name), e.Err, e.Name, e.Namespace)
+}
+
+func (e *ImpersonationError) Unwrap() error { return e.Err }
+
+// mayActAs asks the API server something harmless as the client acting
+// as ServiceAccount ns/name: impersonation is checked before anything
+// else, so a caller that may not impersonate is told here, once, rather
+// than as a refusal of every object. What the ServiceAccount itself may
+// not do is left to the objects.
+func mayActAs(ctx context.Context, as client.Client, ns, name string) error {
+	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "get", Resource: "serviceaccounts", Name: name}}}
+	err := as.Create(ctx, review)
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "cannot impersonate"):
+		return &ImpersonationError{Namespace: ns, Name: name, Err: err}
+	case stages.IsUnanswered(err):
+		return err
+	}
+	return nil // the ServiceAccount may not ask, but it was acted as
 }

@@ -51,9 +51,7 @@ func serviceAccountUser(ns, name string) string {
 }
 
 // client returns the client that acts as user for deployment cd
-// ("namespace/name"). Clients share the REST mapper, and client-go shares
-// their connections (its transport cache is keyed by TLS settings); each
-// adds the impersonation header.
+// ("namespace/name"), made once per user (actingAs).
 func (a *actors) client(user, cd string) (client.WithWatch, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -69,14 +67,31 @@ func (a *actors) client(user, cd string) (client.WithWatch, error) {
 	if c, ok := a.clients[user]; ok {
 		return c, nil
 	}
-	cfg := rest.CopyConfig(a.config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: a.scheme, Mapper: a.mapper})
+	c, err := actingAs(a.config, a.scheme, a.mapper, user)
 	if err != nil {
-		return nil, fmt.Errorf("client acting as %s: %w", user, err)
+		return nil, err
 	}
 	a.clients[user] = c
 	return c, nil
+}
+
+// actingAs returns a client on the cluster of config that acts as user:
+// the API server impersonates it. It shares mapper, and client-go the
+// connections (its transport cache is keyed by TLS settings).
+func actingAs(config *rest.Config, scheme *runtime.Scheme, mapper meta.RESTMapper, user string) (client.WithWatch, error) {
+	cfg := rest.CopyConfig(config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme, Mapper: mapper})
+	if err != nil {
+		return nil, fmt.Errorf("client acting as %s: %w", user, err)
+	}
+	return c, nil
+}
+
+// actorName is how messages name the ServiceAccount of user
+// ("namespace/name").
+func actorName(user string) string {
+	return strings.TrimPrefix(strings.ReplaceAll(user, ":", "/"), "system/serviceaccount/")
 }
 
 // forget drops deployment cd's use of its ServiceAccount's client, and
@@ -136,7 +151,7 @@ func (r *Reconciler) local(cd *capstanv1.ClusterDeployment) (*stages.Executor, e
 	if err != nil {
 		return nil, err
 	}
-	return r.executor.As(c, strings.TrimPrefix(strings.ReplaceAll(user, ":", "/"), "system/serviceaccount/")), nil
+	return r.executor.As(c, actorName(user)), nil
 }
 
 // lockedOut reports whether err, from deleting the objects of cd, which

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -386,9 +385,8 @@ func (r *Reconciler) renderObjects(ctx context.Context, a *attempt) (bool, error
 // plan has a stage that hands it to the cluster, creating the key the first
 // time; "" otherwise.
 func (r *Reconciler) bootstrapKey(ctx context.Context, cd *capstanv1.ClusterDeployment) (string, error) {
-	specs, err := stages.StageSpecs(cd.Spec)
-	if err != nil || !slices.ContainsFunc(specs, func(s capstanv1.StageSpec) bool { return s.BootstrapKey != nil }) {
-		return "", nil // a bad plan is reported by buildPlan
+	if !stages.NeedsBootstrapKey(cd.Spec) {
+		return "", nil
 	}
 	return r.executor.EnsureBootstrapKey(ctx, cd.Namespace)
 }

@@ -7,15 +7,18 @@ import (
 	"encoding/base64"
 	"encoding/pem"
 	"fmt"
+	"slices"
 	"strings"
 
-	"github.com/capstan-dev/capstan/stages/pivot"
 	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/stages/pivot"
 )
 
 const (
@@ -30,33 +33,71 @@ const (
 	BootstrapKeyCopyPrefix = "bootstrap-key-"
 )
 
+// NeedsBootstrapKey reports whether the plan of spec has a stage that
+// hands the bootstrap key to the cluster (bootstrapKey, as profile
+// bootstrap's ClusterSSHConfigured): its render needs ${BootstrapKeyVar}.
+// A plan that does not build needs nothing; it is reported where it is
+// built.
+func NeedsBootstrapKey(spec capstanv1.ClusterDeploymentSpec) bool {
+	specs, err := StageSpecs(spec)
+	return err == nil && slices.ContainsFunc(specs, func(s capstanv1.StageSpec) bool { return s.BootstrapKey != nil })
+}
+
 // EnsureBootstrapKey returns the public half (an authorized_keys line) of
 // the bootstrap SSH key of namespace, generating the key (ed25519) the
 // first time. The private half stays in the Secret: it is never returned,
 // logged or written anywhere else but a cluster's copy.
 func (e *Executor) EnsureBootstrapKey(ctx context.Context, namespace string) (string, error) {
-	secret := &corev1.Secret{}
-	err := e.home.Get(ctx, client.ObjectKey{Namespace: namespace, Name: BootstrapKeySecret}, secret)
-	if apierrors.IsNotFound(err) {
-		secret, err = newBootstrapKey(namespace)
-		if err != nil {
-			return "", err
-		}
-		if err = e.home.Create(ctx, secret); apierrors.IsAlreadyExists(err) {
-			// Another daemon made it first; use theirs.
-			err = e.home.Get(ctx, client.ObjectKeyFromObject(secret), secret)
-		}
+	public, found, err := ReadBootstrapKey(ctx, e.home, namespace)
+	if found || err != nil {
+		return public, err
+	}
+	secret, err := newBootstrapKey(namespace)
+	if err != nil {
+		return "", err
+	}
+	if err = e.home.Create(ctx, secret); apierrors.IsAlreadyExists(err) {
+		// Another daemon made it first; use theirs.
+		public, _, err = ReadBootstrapKey(ctx, e.home, namespace)
+		return public, err
 	}
 	if err != nil {
 		return "", fmt.Errorf("bootstrap key Secret %s/%s: %w", namespace, BootstrapKeySecret, err)
 	}
-	public := strings.TrimSpace(string(secret.Data["ssh-publickey"]))
+	return bootstrapPublicKey(secret)
+}
+
+// ReadBootstrapKey returns the public half of the bootstrap SSH key of
+// namespace, found false when its Secret does not exist yet (the daemon
+// creates it on the first reconcile that needs it). It only reads: the
+// CLI's previews use it to render as the daemon would. The Secret, private
+// half included, stays inside this function; only the public half leaves.
+func ReadBootstrapKey(ctx context.Context, c client.Reader, namespace string) (public string, found bool, err error) {
+	secret := &corev1.Secret{}
+	err = c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: BootstrapKeySecret}, secret)
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("read bootstrap key Secret %s/%s: %w", namespace, BootstrapKeySecret, err)
+	}
+	public, err = bootstrapPublicKey(secret)
+	return public, true, err
+}
+
+// bootstrapPublicKey is the public half of a bootstrap key Secret, checked
+// to be an SSH public key. A bad one stalls: a retry reads the same.
+func bootstrapPublicKey(secret *corev1.Secret) (string, error) {
+	public := strings.TrimSpace(string(secret.Data[bootstrapPublicKeyField]))
 	if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(public)); err != nil {
-		return "", Stalled(fmt.Errorf("bootstrap key Secret %s/%s: data.ssh-publickey is not an SSH public key (%v); delete the Secret to have a new key generated",
-			namespace, BootstrapKeySecret, err))
+		return "", Stalled(fmt.Errorf("bootstrap key Secret %s/%s: data.%s is not an SSH public key (%v); delete the Secret to have a new key generated",
+			secret.Namespace, secret.Name, bootstrapPublicKeyField, err))
 	}
 	return public, nil
 }
+
+// bootstrapPublicKeyField holds the public half in the key's Secrets.
+const bootstrapPublicKeyField = "ssh-publickey"
 
 func newBootstrapKey(namespace string) (*corev1.Secret, error) {
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
@@ -78,7 +119,7 @@ func newBootstrapKey(namespace string) (*corev1.Secret, error) {
 		Type: corev1.SecretTypeSSHAuth,
 		Data: map[string][]byte{
 			corev1.SSHAuthPrivateKey: pem.EncodeToMemory(block),
-			"ssh-publickey":          []byte(public + "\n"),
+			bootstrapPublicKeyField:  []byte(public + "\n"),
 		},
 	}, nil
 }
@@ -110,7 +151,7 @@ func (e *Executor) copyBootstrapKey(ctx context.Context, stage *Stage, owner Own
 		"type": string(corev1.SecretTypeSSHAuth),
 		"data": map[string]any{
 			corev1.SSHAuthPrivateKey: base64.StdEncoding.EncodeToString(key.Data[corev1.SSHAuthPrivateKey]),
-			"ssh-publickey":          base64.StdEncoding.EncodeToString(key.Data["ssh-publickey"]),
+			bootstrapPublicKeyField:  base64.StdEncoding.EncodeToString(key.Data[bootstrapPublicKeyField]),
 		},
 	}}
 	if _, err := e.Apply(ctx, []*unstructured.Unstructured{copied}, stage.Name, owner); err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -70,5 +71,47 @@ func TestBootstrapKey(t *testing.T) {
 	}
 	if copied.Labels[stages.OwnerGroup+"/name"] != "mgmt" {
 		t.Errorf("the copy's labels %v do not tie it to its deployment", copied.Labels)
+	}
+}
+
+// ReadBootstrapKey only reads: no Secret, nothing found and nothing made;
+// the daemon's key, its public half; a Secret without one, an error that
+// names the Secret and the field, and nothing of the private half.
+func TestReadBootstrapKey(t *testing.T) {
+	ns := newNamespace(t)
+	c, _ := newClient(t)
+	ctx := testContext(t)
+
+	if pub, found, err := stages.ReadBootstrapKey(ctx, c, ns); err != nil || found || pub != "" {
+		t.Fatalf("before the key is made: %q, found %v, %v; want nothing", pub, found, err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: stages.BootstrapKeySecret}, &corev1.Secret{}); err == nil {
+		t.Fatal("ReadBootstrapKey made the Secret")
+	}
+	made, err := stages.NewExecutor(c).EnsureBootstrapKey(ctx, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pub, found, err := stages.ReadBootstrapKey(ctx, c, ns); err != nil || !found || pub != made {
+		t.Fatalf("after: %q, found %v, %v; want %q", pub, found, err, made)
+	}
+
+	bad := newNamespace(t)
+	const private = "planted-private-half-81c2"
+	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: stages.BootstrapKeySecret, Namespace: bad},
+		Data: map[string][]byte{"ssh-publickey": []byte("not a key " + private), corev1.SSHAuthPrivateKey: []byte(private)}}); err != nil {
+		t.Fatal(err)
+	}
+	_, found, err := stages.ReadBootstrapKey(ctx, c, bad)
+	if err == nil || !found || !stages.IsStalled(err) {
+		t.Fatalf("a Secret without a public key: found %v, %v; want found and a stalled error", found, err)
+	}
+	for _, want := range []string{bad + "/" + stages.BootstrapKeySecret, "data.ssh-publickey"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), private) {
+		t.Errorf("error %q shows the Secret's data", err)
 	}
 }

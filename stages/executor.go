@@ -115,10 +115,13 @@ func NewExecutor(c client.WithWatch, opts ...ExecutorOption) *Executor {
 }
 
 // On returns an executor with e's settings that applies, waits and
-// validates on cluster c. It is cheap: the reconciler calls it per stage.
+// validates on cluster c, with the identity c's client has there (not the
+// ServiceAccount e acts as, which bounds only the cluster Capstan runs
+// in). It is cheap: the reconciler calls it per stage.
 func (e *Executor) On(c Cluster) *Executor {
 	on := *e
 	on.bind(c)
+	on.actor = ""
 	return &on
 }
 

@@ -4,7 +4,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
-	"slices"
+	"maps"
 	"strings"
 
 	"golang.org/x/crypto/ssh"
@@ -19,29 +19,45 @@ const placeholderComment = "capstan-bootstrap-key-placeholder"
 
 // bootstrapKeyPlaceholder gives ${CAPSTAN_BOOTSTRAP_SSH_KEY} a value when
 // the deployment's plan hands the bootstrap key to the cluster and the
-// user did not set it: the daemon always does, so render, validate and
-// diff must not report it unset. The value is a fresh public key whose
-// private half is thrown away, so that nothing applied from the CLI's
-// output opens a node to anyone.
+// user did not set it: the daemon always does, so render and validate
+// must not report it unset. (diff, which has a cluster, reads the
+// daemon's key first: diff_daemon.go.)
 func bootstrapKeyPlaceholder(spec *capstanv1.ClusterDeploymentSpec) error {
-	specs, err := stages.StageSpecs(*spec)
-	if err != nil || !slices.ContainsFunc(specs, func(s capstanv1.StageSpec) bool { return s.BootstrapKey != nil }) {
-		return nil // a bad plan is reported where it is built
+	if !stages.NeedsBootstrapKey(*spec) {
+		return nil
 	}
 	if _, set := spec.Substitute[stages.BootstrapKeyVar]; set {
 		return nil
 	}
+	key, err := placeholderKey()
+	if err != nil {
+		return err
+	}
+	setSubstitute(spec, stages.BootstrapKeyVar, key)
+	return nil
+}
+
+// placeholderKey is a fresh public key whose private half is thrown away,
+// so that nothing applied from the CLI's output opens a node to anyone.
+func placeholderKey() (string, error) {
 	pub, _, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
-		return fmt.Errorf("make a placeholder bootstrap key: %w", err)
+		return "", fmt.Errorf("make a placeholder bootstrap key: %w", err)
 	}
 	key, err := ssh.NewPublicKey(pub)
 	if err != nil {
-		return fmt.Errorf("make a placeholder bootstrap key: %w", err)
+		return "", fmt.Errorf("make a placeholder bootstrap key: %w", err)
 	}
-	if spec.Substitute == nil {
-		spec.Substitute = map[string]string{}
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key))) + " " + placeholderComment, nil
+}
+
+// setSubstitute sets ${name} of spec to value, in a map of its own: the
+// spec may share its map with a deployment read from a file or cluster.
+func setSubstitute(spec *capstanv1.ClusterDeploymentSpec, name, value string) {
+	subst := maps.Clone(spec.Substitute)
+	if subst == nil {
+		subst = map[string]string{}
 	}
-	spec.Substitute[stages.BootstrapKeyVar] = strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key))) + " " + placeholderComment
-	return nil
+	subst[name] = value
+	spec.Substitute = subst
 }

@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -57,6 +55,7 @@ type diffFlags struct {
 	width      int
 	pr         int64
 	tokenEnv   string
+	identity   identityFlags
 }
 
 func (f *diffFlags) BindFlags(fs *pflag.FlagSet) {
@@ -69,6 +68,7 @@ func (f *diffFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&f.output, "output", "o", "text", "output format: text, yaml or json")
 	fs.IntVar(&f.width, "width", 0, "wrap lines at this many columns (default: the terminal's width; no wrapping when not a terminal)")
 	_ = fs.MarkHidden("width")
+	f.identity.BindFlags(fs)
 	f.cluster.BindFlags(fs)
 }
 
@@ -95,6 +95,25 @@ is compared there, through the kubeconfig Secret read from the cluster of
 lists its objects as not compared (?), with the reason, and the others are
 compared as usual.
 
+Within the cluster of --kubeconfig, the deployment's objects are compared
+as its ServiceAccount, as the daemon applies them: the API server
+impersonates system:serviceaccount:NAMESPACE:NAME, named by
+--service-account, else the deployment's spec.serviceAccountName (a
+deployment relying on capstan run's --default-service-account needs
+--service-account: the CLI cannot know the daemon's flags). A change the
+ServiceAccount may not make is a problem (!) that names it. Your
+kubeconfig's user needs the RBAC verb impersonate on that ServiceAccount;
+--as-caller compares as that user instead. The ClusterDeployments (for the
+owner check) and Secrets are read as your user, as the daemon reads them as
+itself.
+
+A plan that hands the bootstrap SSH key to the cluster (profile bootstrap)
+renders ${CAPSTAN_BOOTSTRAP_SSH_KEY} with the key the daemon uses: the
+public half of Secret capstan-bootstrap-key in the deployment's namespace
+(read only; the private half is never shown). Until the daemon has made
+that Secret, a placeholder key stands in, and the output says so.
+--substitute CAPSTAN_BOOTSTRAP_SSH_KEY=... sets it yourself.
+
 With --pr N, the tree is the head of open pull request N of the repository
 --deployment reads (fetched from refs/pull/N/head with the deployment's git
 credentials): the plan Capstan comments on the pull request.
@@ -110,7 +129,9 @@ cluster that cannot be reached is never reported as objects that would fail.`,
 		Example: `  capstan diff --root examples -f examples/clusters/demo/clusterdeployment.yaml
   capstan diff --root . clusters/edge-01 --deployment capstan-system/edge-01
   capstan diff --root . -f clusters/edge-01/clusterdeployment.yaml -o json
-  capstan diff --pr 7 --deployment capstan-system/edge-01`,
+  capstan diff --pr 7 --deployment capstan-system/edge-01
+  capstan diff --root . -f clusters/edge-01/clusterdeployment.yaml --service-account deployer
+  capstan diff --root . clusters/edge-01 --deployment team-a/edge-01 --as-caller`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			changed, err := f.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args)
@@ -141,6 +162,9 @@ func (f *diffFlags) run(ctx context.Context, out, errOut io.Writer, args []strin
 	}
 	if f.deployment != "" && f.render.deployment != "" {
 		return false, errors.New("--deployment and -f exclude each other: the first reads the deployment from the cluster, the second from a file")
+	}
+	if err := f.identity.check(); err != nil {
+		return false, err
 	}
 	cfg, err := f.cluster.restConfig()
 	if err != nil {
@@ -173,6 +197,10 @@ func (f *diffFlags) diff(ctx context.Context, cfg *rest.Config, out, errOut io.W
 	if err != nil {
 		return false, err
 	}
+	key, err := f.bootstrapKey(ctx, c, &target)
+	if err != nil {
+		return false, err
+	}
 	var plan *stages.Plan
 	if f.pr != 0 {
 		plan, err = f.pullRequestPlan(ctx, c, target, errOut)
@@ -182,11 +210,16 @@ func (f *diffFlags) diff(ctx context.Context, cfg *rest.Config, out, errOut io.W
 	if err != nil {
 		return false, err
 	}
-	d, err := reconciler.DiffPreview(ctx, c, target.owner, target.spec, target.live, plan)
+	sa := f.identity.serviceAccount(target.spec)
+	d, err := reconciler.DiffPreview(ctx, c, target.owner, target.spec, target.live, plan,
+		reconciler.PreviewOptions{ServiceAccount: sa, Config: cfg})
 	if err != nil {
-		return false, fmt.Errorf("diff against %s: %w", cfg.Host, err)
+		return false, fmt.Errorf("diff against %s: %w", cfg.Host, asCallerHint(err))
 	}
-	report := diffReport{Deployment: target.owner.Namespace + "/" + target.owner.Name, Server: cfg.Host, Diff: d}
+	report := diffReport{Deployment: target.owner.Namespace + "/" + target.owner.Name, Server: cfg.Host, BootstrapKey: key, Diff: d}
+	if sa != "" {
+		report.ServiceAccount = target.owner.Namespace + "/" + sa
+	}
 	if target.live != nil {
 		report.LiveRevision = target.live.Status.Revision
 	}
@@ -231,7 +264,7 @@ func (f *diffFlags) target(ctx context.Context, c client.Client, args []string) 
 		}
 		return t, nil
 	}
-	spec, err := f.render.spec(args)
+	spec, err := f.render.givenSpec(args)
 	if err != nil {
 		return t, err
 	}
@@ -302,185 +335,4 @@ func (f *diffFlags) lineWidth(out io.Writer) int {
 		return w
 	}
 	return 0
-}
-
-// diffReport is what `capstan diff -o json|yaml` prints.
-type diffReport struct {
-	Deployment   string           `json:"deployment"`
-	Server       string           `json:"server"`
-	LiveRevision string           `json:"liveRevision,omitempty"`
-	Diff         *stages.PlanDiff `json:"diff"`
-}
-
-func printDiff(w io.Writer, r diffReport, format string, width int) error {
-	switch format {
-	case "json":
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
-	case "yaml":
-		data, err := yaml.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(data)
-		return err
-	}
-	var b strings.Builder
-	writeDiffText(&b, r)
-	for _, line := range strings.SplitAfter(b.String(), "\n") {
-		if _, err := io.WriteString(w, wrapLine(line, width)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// diffMarker is the mark of an object's line.
-func diffMarker(a stages.DiffAction) string {
-	switch a {
-	case stages.DiffCreate:
-		return "+"
-	case stages.DiffChange:
-		return "~"
-	case stages.DiffDelete:
-		return "-"
-	case stages.DiffUnchanged, stages.DiffHeld, stages.DiffKept:
-		return "="
-	case stages.DiffNotCompared:
-		return "?"
-	}
-	return "!"
-}
-
-func writeDiffText(b *strings.Builder, r diffReport) {
-	d := r.Diff
-	c := d.Counts()
-	fmt.Fprintf(b, "ClusterDeployment %s against %s", r.Deployment, r.Server)
-	if r.LiveRevision != "" {
-		fmt.Fprintf(b, " (live revision %s)", r.LiveRevision)
-	}
-	b.WriteString("\n")
-	fmt.Fprintf(b, "%s\n", summaryLine(c))
-	if !d.Changes() {
-		b.WriteString("no changes: every object is as the cluster has it\n")
-	}
-	for _, s := range d.Stages {
-		fmt.Fprintf(b, "\nstage %s (%s)", s.Name, s.Action)
-		if s.Cluster != "" {
-			fmt.Fprintf(b, " on the cluster of %s", s.Cluster)
-		}
-		switch {
-		case s.Works || (s.Why != "" && d.Changes()):
-			fmt.Fprintf(b, ": %s", s.Why)
-		case len(s.Objects) > 0:
-			b.WriteString(": no changes")
-		}
-		b.WriteString("\n")
-		for _, o := range s.Objects {
-			writeObjectText(b, o)
-		}
-		for _, ro := range s.Rollouts {
-			writeRolloutText(b, ro)
-		}
-	}
-	if len(d.Prune) > 0 {
-		b.WriteString("\nprune (once every stage is Ready, in reverse stage order)\n")
-		for _, o := range d.Prune {
-			writeObjectText(b, o)
-		}
-	}
-}
-
-func summaryLine(c stages.DiffCounts) string {
-	s := fmt.Sprintf("%d to create, %d to change, %d to delete, %d unchanged", c.Create, c.Change, c.Delete, c.Unchanged)
-	if c.Held+c.Kept > 0 {
-		s += fmt.Sprintf(", %d kept by prune rules", c.Held+c.Kept)
-	}
-	if c.Problems > 0 {
-		s += ", " + plural(c.Problems, "problem")
-	}
-	if c.NotCompared > 0 {
-		s += fmt.Sprintf(", %d not compared", c.NotCompared)
-	}
-	return s
-}
-
-func writeObjectText(b *strings.Builder, o stages.ObjectDiff) {
-	fmt.Fprintf(b, "  %s %s", diffMarker(o.Action), strings.Replace(o.Ref, "/", " ", 1))
-	if o.Stage != "" {
-		fmt.Fprintf(b, " (stage %s)", o.Stage)
-	}
-	switch {
-	case o.Problem():
-		fmt.Fprintf(b, ": %s", o.Action)
-		if o.File != "" {
-			fmt.Fprintf(b, " (in %s)", o.File)
-		}
-		if o.Field != "" {
-			fmt.Fprintf(b, " at %s", o.Field)
-		}
-		fmt.Fprintf(b, ": %s", o.Error)
-	case o.Action == stages.DiffHeld || o.Action == stages.DiffKept:
-		fmt.Fprintf(b, ": %s: %s", o.Action, o.Note)
-	case o.Note != "":
-		fmt.Fprintf(b, " (%s)", o.Note)
-	}
-	b.WriteString("\n")
-	for _, fd := range o.Fields {
-		fmt.Fprintf(b, "      %s\n", fd)
-	}
-}
-
-func writeRolloutText(b *strings.Builder, r stages.RolloutDiff) {
-	fmt.Fprintf(b, "  rollout of %s: %s\n", strings.Replace(r.Object, "/", " ", 1), strings.Join(r.Changes, ", "))
-	if r.Strategy != "" {
-		fmt.Fprintf(b, "      %s\n", r.Strategy)
-	}
-	for i, batch := range r.Batches {
-		fmt.Fprintf(b, "      %d. %s\n", i+1, batchText(batch))
-	}
-}
-
-// batchText says what one batch of a rollout does.
-func batchText(b stages.RolloutBatch) string {
-	who := "machines"
-	if b.Type != "" {
-		who = b.Type + "s"
-	}
-	if len(b.Machines) == 1 && b.Type != "" {
-		who = b.Type
-	}
-	s := fmt.Sprintf("%s: %s %s %s", b.Stage, b.Phase, who, strings.Join(b.Machines, ", "))
-	if b.Drain {
-		s += " (cordoned and drained first)"
-	}
-	return s
-}
-
-// wrapLine breaks a line longer than width at spaces; the continuation
-// lines are indented four more than the line. width 0 leaves it, and so
-// does a width too narrow for the indent.
-func wrapLine(line string, width int) string {
-	body := strings.TrimSuffix(line, "\n")
-	indent := strings.Repeat(" ", len(body)-len(strings.TrimLeft(body, " "))+4)
-	if width <= len(indent)+8 || utf8.RuneCountInString(body) <= width {
-		return line
-	}
-	var out strings.Builder
-	for utf8.RuneCountInString(body) > width {
-		head := string([]rune(body)[:width])
-		cut := strings.LastIndex(head, " ")
-		if cut <= len(indent) {
-			cut = len(head) // one long word: break it where the width ends
-		}
-		out.WriteString(strings.TrimRight(body[:cut], " "))
-		out.WriteString("\n")
-		body = indent + strings.TrimLeft(body[cut:], " ")
-	}
-	out.WriteString(body)
-	if strings.HasSuffix(line, "\n") {
-		out.WriteString("\n")
-	}
-	return out.String()
 }

@@ -77,7 +77,18 @@ ClusterDeployment file. The values of Secrets are masked unless
 	return cmd
 }
 
+// spec is the spec to render: -f's, PATH and --substitute applied, and
+// a placeholder bootstrap key when the plan needs one and none is given.
 func (f *renderFlags) spec(args []string) (capstanv1.ClusterDeploymentSpec, error) {
+	spec, err := f.givenSpec(args)
+	if err != nil {
+		return spec, err
+	}
+	return spec, bootstrapKeyPlaceholder(&spec)
+}
+
+// givenSpec is -f's spec with PATH and --substitute applied.
+func (f *renderFlags) givenSpec(args []string) (capstanv1.ClusterDeploymentSpec, error) {
 	var spec capstanv1.ClusterDeploymentSpec
 	if f.deployment != "" {
 		data, err := os.ReadFile(f.deployment)
@@ -109,7 +120,7 @@ func (f *renderFlags) spec(args []string) (capstanv1.ClusterDeploymentSpec, erro
 		}
 		spec.Substitute[k] = v
 	}
-	return spec, bootstrapKeyPlaceholder(&spec)
+	return spec, nil
 }
 
 type renderedStage struct {
