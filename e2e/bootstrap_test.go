@@ -188,7 +188,7 @@ func (b *bootstrapCluster) simulate(t *testing.T, name string, cfg *rest.Config,
 // Capstan of the bootstrap walking stages 1-10 (6-8 acting on the target
 // through the kubeconfig Secret the simulated KubeadmControlPlane writes),
 // the move, and the Capstan of the target, a second daemon started from
-// the beginning, finishing 11-15. In the end every stage is Ready in the
+// the beginning, finishing 11-16. In the end every stage is Ready in the
 // target, which holds every moved object once; the bootstrap keeps only
 // the mirrors and nothing bootstrap-only; the target never ran the stages
 // before the pivot again.
@@ -285,6 +285,21 @@ func TestBootstrapProfileFullFlow(t *testing.T) {
 	b.assertMovedOnce(t, mirror)
 	b.assertOnlyMirrorsLeft(t)
 	b.assertBootstrapKeyMoved(t, public)
+	b.assertHelmControllerEnabled(t)
+}
+
+// assertHelmControllerEnabled: HelmControllerDisabledBeforeConfig scaled
+// the new cluster's helm-controller to 0 and HelmControllerEnabledAfterConfig
+// gave it back the count the example commits, 1.
+func (b *bootstrapCluster) assertHelmControllerEnabled(t *testing.T) {
+	t.Helper()
+	hc := object(t, b.target, appsv1.SchemeGroupVersion.WithKind("Deployment"), "helm-system", "helm-controller")
+	if hc == nil {
+		t.Fatal("the helm-controller is not in the target")
+	}
+	if n, _, _ := unstructured.NestedInt64(hc.Object, "spec", "replicas"); n != 1 {
+		t.Errorf("the target's helm-controller has spec.replicas %d after the walk, want the committed 1", n)
+	}
 }
 
 // waitOrReport is waitDeployment that reports a timeout as an error and

@@ -22,29 +22,38 @@ const ScaleFieldManager = "capstan-scale"
 
 // scaleStage sets spec.replicas on the Deployments and StatefulSets the
 // stage selects (seed 000 disables controllers before the pivot and enables
-// them after). The workloads must exist: an earlier stage applies them.
-// Readiness is then waited for like any stage: kstatus Current means the
-// controller rolled the workload to the new count.
+// them after): scale.replicas on each, or with scale.committed each one's
+// count as its rendered object has it. The workloads must exist: an
+// earlier stage applies them. Readiness is then waited for like any
+// stage: kstatus Current means the controller rolled the workload to the
+// new count.
 func (e *Executor) scaleStage(ctx context.Context, stage *Stage, owner Owner) Result {
 	res := Result{Stage: stage.Name, State: capstanv1.StageInProgress}
-	if stage.Scale == nil {
-		return failed(res, Stalled(fmt.Errorf("stage %s: a scale stage needs scale.replicas", stage.Name)))
+	if err := checkScale(stage.StageSpec); err != nil {
+		return failed(res, Stalled(err))
 	}
 	// Every object is checked before any is scaled: a wrong kind scales
 	// nothing.
 	var errs []error
-	for _, obj := range stage.Objects {
+	counts := make([]int64, len(stage.Objects))
+	for i, obj := range stage.Objects {
 		gk := obj.GroupVersionKind().GroupKind()
 		if gk.Group != "apps" || (gk.Kind != "Deployment" && gk.Kind != "StatefulSet") {
 			errs = append(errs, fmt.Errorf("%s: a scale stage scales apps/Deployment and apps/StatefulSet only; narrow stage %s's select",
 				ObjectRef(obj), stage.Name))
+			continue
 		}
+		n, err := scaleTo(stage.Scale, obj)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		counts[i] = n
 	}
 	if len(errs) > 0 {
 		return failed(res, Stalled(errors.Join(errs...)))
 	}
-	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, stage.Scale.Replicas))
-	for _, obj := range stage.Objects {
+	for i, obj := range stage.Objects {
+		patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, counts[i]))
 		target := &unstructured.Unstructured{}
 		target.SetGroupVersionKind(obj.GroupVersionKind())
 		target.SetNamespace(obj.GetNamespace())
@@ -56,7 +65,7 @@ func (e *Executor) scaleStage(ctx context.Context, stage *Stage, owner Owner) Re
 		case meta.IsNoMatchError(err):
 			errs = append(errs, Stalled(fmt.Errorf("%s: %w", ObjectRef(obj), err)))
 		case err != nil:
-			errs = append(errs, fmt.Errorf("%s: set replicas to %d: %w", ObjectRef(obj), stage.Scale.Replicas, err))
+			errs = append(errs, fmt.Errorf("%s: set replicas to %d: %w", ObjectRef(obj), counts[i], err))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -65,8 +74,31 @@ func (e *Executor) scaleStage(ctx context.Context, stage *Stage, owner Owner) Re
 		}
 		return failed(res, err)
 	}
-	res.Message = fmt.Sprintf("replicas set to %d on %d workloads", stage.Scale.Replicas, len(stage.Objects))
+	if stage.Scale.Committed {
+		res.Message = fmt.Sprintf("replicas set to the committed count on %d workloads", len(stage.Objects))
+	} else {
+		res.Message = fmt.Sprintf("replicas set to %d on %d workloads", *stage.Scale.Replicas, len(stage.Objects))
+	}
 	return res
+}
+
+// scaleTo is the count a scale stage gives obj: scale.replicas, or with
+// scale.committed the one its rendered object sets (1, the API server's
+// default, when it sets none).
+func scaleTo(sc *capstanv1.ScaleSpec, obj *unstructured.Unstructured) (int64, error) {
+	if !sc.Committed {
+		return int64(*sc.Replicas), nil
+	}
+	n, found, err := unstructured.NestedInt64(obj.Object, "spec", "replicas")
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%s: spec.replicas: %w; scale.committed needs a whole number there", ObjectRef(obj), err)
+	case !found:
+		return 1, nil
+	case n < 0:
+		return 0, fmt.Errorf("%s: spec.replicas: %d: want 0 or more", ObjectRef(obj), n)
+	}
+	return n, nil
 }
 
 // deleteStage deletes the objects the stage selects: a delete stage is how a

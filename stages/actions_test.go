@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
@@ -41,7 +42,7 @@ func TestScaleStage(t *testing.T) {
 	}
 
 	disable := &stages.Stage{StageSpec: capstanv1.StageSpec{Name: "ControllersDisabled", Action: capstanv1.StageActionScale,
-		Scale: &capstanv1.ScaleSpec{Replicas: 0}}, Objects: []*unstructured.Unstructured{ctrl}}
+		Scale: &capstanv1.ScaleSpec{Replicas: ptr.To[int32](0)}}, Objects: []*unstructured.Unstructured{ctrl}}
 	if res := e.ApplyStage(ctx, disable, owner); res.State != capstanv1.StageInProgress {
 		t.Fatalf("scale to 0 = %s: %s", res.State, res.Message)
 	}
@@ -59,7 +60,7 @@ func TestScaleStage(t *testing.T) {
 
 	cm := configMap(ns, "settings", nil)
 	wrongKind := &stages.Stage{StageSpec: capstanv1.StageSpec{Name: "Bad", Action: capstanv1.StageActionScale,
-		Scale: &capstanv1.ScaleSpec{Replicas: 1}}, Objects: []*unstructured.Unstructured{ctrl, cm}}
+		Scale: &capstanv1.ScaleSpec{Replicas: ptr.To[int32](1)}}, Objects: []*unstructured.Unstructured{ctrl, cm}}
 	if res := e.ApplyStage(ctx, wrongKind, owner); res.State != capstanv1.StageFailed || !stages.IsStalled(res.Err) ||
 		!strings.Contains(res.Message, "Deployment") {
 		t.Errorf("scaling a ConfigMap = %s (stalled %v, %q), want a stalled failure naming what can be scaled", res.State, stages.IsStalled(res.Err), res.Message)
@@ -69,16 +70,41 @@ func TestScaleStage(t *testing.T) {
 	}
 
 	missing := &stages.Stage{StageSpec: capstanv1.StageSpec{Name: "Enable", Action: capstanv1.StageActionScale,
-		Scale: &capstanv1.ScaleSpec{Replicas: 1}}, Objects: []*unstructured.Unstructured{deployment(ns, "absent", 1)}}
+		Scale: &capstanv1.ScaleSpec{Replicas: ptr.To[int32](1)}}, Objects: []*unstructured.Unstructured{deployment(ns, "absent", 1)}}
 	if res := e.ApplyStage(ctx, missing, owner); res.State != capstanv1.StageFailed || stages.IsStalled(res.Err) ||
 		!strings.Contains(res.Message, "not found") {
 		t.Errorf("scaling a missing Deployment = %s (stalled %v, %q), want a retryable failure saying not found", res.State, stages.IsStalled(res.Err), res.Message)
 	}
 
+	// Committed: each workload back at the count its rendered object has
+	// (the committed 1 here, after the disable above; 1 too for one that
+	// sets none, as the API server defaults it).
+	bare := deployment(ns, "helm-controller", 1)
+	unstructured.RemoveNestedField(bare.Object, "spec", "replicas")
+	if _, err := e.Apply(ctx, []*unstructured.Unstructured{bare}, "Providers", owner); err != nil {
+		t.Fatal(err)
+	}
+	zero := &stages.Stage{StageSpec: capstanv1.StageSpec{Name: "Off", Action: capstanv1.StageActionScale,
+		Scale: &capstanv1.ScaleSpec{Replicas: ptr.To[int32](0)}}, Objects: []*unstructured.Unstructured{bare}}
+	if res := e.ApplyStage(ctx, zero, owner); res.State != capstanv1.StageInProgress {
+		t.Fatalf("scale to 0 = %s: %s", res.State, res.Message)
+	}
+	committed := &stages.Stage{StageSpec: capstanv1.StageSpec{Name: "Enabled", Action: capstanv1.StageActionScale,
+		Scale: &capstanv1.ScaleSpec{Committed: true}}, Objects: []*unstructured.Unstructured{ctrl, bare}}
+	if res := e.ApplyStage(ctx, committed, owner); res.State != capstanv1.StageInProgress || !strings.Contains(res.Message, "committed") {
+		t.Fatalf("scale to the committed count = %s: %s", res.State, res.Message)
+	}
+	for _, obj := range []*unstructured.Unstructured{ctrl, bare} {
+		if got, _, _ := unstructured.NestedInt64(getLive(t, c, obj).Object, "spec", "replicas"); got != 1 {
+			t.Errorf("%s: spec.replicas = %d after scale.committed, want the committed 1", stages.ObjectRef(obj), got)
+		}
+	}
+
 	noReplicas := &stages.Stage{StageSpec: capstanv1.StageSpec{Name: "Vague", Action: capstanv1.StageActionScale},
 		Objects: []*unstructured.Unstructured{ctrl}}
-	if res := e.ApplyStage(ctx, noReplicas, owner); !stages.IsStalled(res.Err) || !strings.Contains(res.Message, "scale.replicas") {
-		t.Errorf("a scale stage without scale.replicas = %s (%q), want a stalled failure naming scale.replicas", res.State, res.Message)
+	if res := e.ApplyStage(ctx, noReplicas, owner); !stages.IsStalled(res.Err) || !strings.Contains(res.Message, "scale.replicas") ||
+		!strings.Contains(res.Message, "scale.committed") {
+		t.Errorf("a scale stage without a count = %s (%q), want a stalled failure naming scale.replicas and scale.committed", res.State, res.Message)
 	}
 }
 

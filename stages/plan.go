@@ -91,6 +91,9 @@ func BuildPlan(specs []capstanv1.StageSpec, objects []*unstructured.Unstructured
 			errs = append(errs, fmt.Errorf("stages[%d].select.labelSelector: %w", i, err))
 		}
 		selectors[i] = m
+		if err := checkScale(spec); err != nil {
+			errs = append(errs, fmt.Errorf("stages[%d].%w", i, err))
+		}
 		// Compile the readiness checks now, so that a typo in a late
 		// stage stops the plan before an early stage is applied.
 		if _, err := NewChecker(spec.ReadyWhen); err != nil {
@@ -154,6 +157,24 @@ func BuildPlan(specs []capstanv1.StageSpec, objects []*unstructured.Unstructured
 		}
 	}
 	return plan, nil
+}
+
+// checkScale checks what a scale stage sets: one count, or each
+// workload's committed one (the CRD says the same for deployments; the
+// profiles and files the CLI reads do not pass through it).
+func checkScale(spec capstanv1.StageSpec) error {
+	sc := spec.Scale
+	switch {
+	case spec.Action != capstanv1.StageActionScale:
+		return nil
+	case sc == nil || (sc.Replicas == nil && !sc.Committed):
+		return fmt.Errorf("scale: stage %s sets no count: give scale.replicas (0 disables, 1 or more enables) or scale.committed: true", spec.Name)
+	case sc.Replicas != nil && sc.Committed:
+		return fmt.Errorf("scale: stage %s: scale.committed takes each workload's count from its rendered object: leave scale.replicas out", spec.Name)
+	case sc.Replicas != nil && *sc.Replicas < 0:
+		return fmt.Errorf("scale.replicas: stage %s: %d: want 0 or more", spec.Name, *sc.Replicas)
+	}
+	return nil
 }
 
 // rolloutOwnedFields refuses LCMMachines that a rollout stage drives but

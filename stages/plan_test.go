@@ -10,6 +10,7 @@ import (
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/stages"
+	"k8s.io/utils/ptr"
 )
 
 // object builds a rendered object; mods add labels or annotations.
@@ -292,6 +293,19 @@ var planCases = []struct {
 		wantErr:  []string{"Secret/ns/one", "Secret/ns/two", "ConfigMap/ns/typo"},
 		wantErrs: 3,
 	},
+	{
+		name: "a scale stage sets one count or the committed ones, not both and not neither",
+		specs: []capstanv1.StageSpec{
+			applyStage("Config", everything),
+			{Name: "None", Action: capstanv1.StageActionScale, Scale: &capstanv1.ScaleSpec{}},
+			{Name: "Both", Action: capstanv1.StageActionScale, Scale: &capstanv1.ScaleSpec{Replicas: ptr.To[int32](1), Committed: true}},
+			{Name: "Missing", Action: capstanv1.StageActionScale},
+			{Name: "Fine", Action: capstanv1.StageActionScale, Scale: &capstanv1.ScaleSpec{Committed: true}},
+		},
+		wantErr: []string{"stages[1].scale: stage None sets no count", "stages[2].scale: stage Both: scale.committed",
+			"stages[3].scale: stage Missing sets no count"},
+		wantErrs: 3,
+	},
 }
 
 func TestBuildPlan(t *testing.T) {
@@ -413,7 +427,7 @@ func TestPlanDropLeavesTheRest(t *testing.T) {
 	drop := object("apps/v1", "Deployment", "ns", "bootstrap-provider", bootstrapOnly, labelled(stages.StageKey, "Apply"))
 	plan, err := stages.BuildPlan([]capstanv1.StageSpec{
 		{Name: "Apply"},
-		{Name: "Scale", Action: capstanv1.StageActionScale, Scale: &capstanv1.ScaleSpec{Replicas: 1}, Select: capstanv1.Selector{Kinds: []string{"apps/Deployment"}}},
+		{Name: "Scale", Action: capstanv1.StageActionScale, Scale: &capstanv1.ScaleSpec{Replicas: ptr.To[int32](1)}, Select: capstanv1.Selector{Kinds: []string{"apps/Deployment"}}},
 		{Name: "Pivot", Action: capstanv1.StageActionPivot},
 	}, []*unstructured.Unstructured{keep, drop})
 	if err != nil {

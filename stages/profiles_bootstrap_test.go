@@ -64,6 +64,7 @@ func TestBootstrapPlanPlacesEveryObject(t *testing.T) {
 		"MachinesLCMAgentUpdated":            {"LCMCluster/mgmt", "LCMMachine/mgmt-cp-0"},
 		"HelmControllerDisabledBeforeConfig": {"Deployment/helm-controller"},
 		"HelmControllerConfigUpdated":        {"ConfigMap/helm-controller-config"},
+		"HelmControllerEnabledAfterConfig":   {"Deployment/helm-controller"},
 		"ClusterReady":                       {"Cluster/mgmt", "Deployment/capi-controller-manager", "Deployment/helm-controller"},
 	}
 	for _, o := range hostsAndSecrets() {
@@ -126,6 +127,7 @@ func TestBootstrapProfileClusters(t *testing.T) {
 		{"MachinesLCMAgentUpdated", own},
 		{"HelmControllerDisabledBeforeConfig", own},
 		{"HelmControllerConfigUpdated", own},
+		{"HelmControllerEnabledAfterConfig", own},
 		{"ClusterReady", own},
 	}
 	p := mustProfile(t, "bootstrap")

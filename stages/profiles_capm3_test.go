@@ -81,7 +81,8 @@ func TestBuiltInProfilesOrderAndChecks(t *testing.T) {
 			"ProviderEnabledInBootstrap(scale)", "NodesReady(apply)", "ObjectsCreated(apply)",
 			"ProviderConfigured(apply)", "HelmBundleReady(apply)", "ControllersDisabledBeforePivot(scale)",
 			"PivotDone(pivot)", "ControllersEnabledAfterPivot(scale)", "MachinesLCMAgentUpdated(rollout)",
-			"HelmControllerDisabledBeforeConfig(scale)", "HelmControllerConfigUpdated(apply)", "ClusterReady(wait)",
+			"HelmControllerDisabledBeforeConfig(scale)", "HelmControllerConfigUpdated(apply)",
+			"HelmControllerEnabledAfterConfig(scale)", "ClusterReady(wait)",
 		},
 	}
 	for name, stageNames := range want {

@@ -576,12 +576,23 @@ type BootstrapKeySpec struct {
 	Namespace string `json:"namespace,omitempty"`
 }
 
-// ScaleSpec is what a scale stage does to the workloads it selects.
+// ScaleSpec is what a scale stage does to the workloads it selects: set
+// one replica count, or give each workload back the count its repository
+// commits.
+// +kubebuilder:validation:XValidation:rule="!(has(self.committed) && self.committed) || !has(self.replicas)",message="scale.committed takes each workload's count from its rendered object: leave scale.replicas out"
+// +kubebuilder:validation:XValidation:rule="(has(self.committed) && self.committed) || has(self.replicas)",message="a scale stage needs scale.replicas (0 disables, 1 or more enables) or scale.committed: true"
 type ScaleSpec struct {
 	// Replicas is set on every selected Deployment and StatefulSet: 0
 	// disables a controller, 1 or more enables it.
 	// +kubebuilder:validation:Minimum=0
-	Replicas int32 `json:"replicas"`
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+	// Committed sets each selected workload's replicas back to the count
+	// of its rendered object (its spec.replicas, 1 when it sets none):
+	// it enables again, at the repository's count, a controller an
+	// earlier scale stage disabled.
+	// +optional
+	Committed bool `json:"committed,omitempty"`
 }
 
 // Selector picks rendered objects. Every set field must match; within a

@@ -74,7 +74,7 @@ Run it from a checkout of the Capstan repository.`,
 		Example: `  capstan dev                                   # watch examples/clusters/mgmt reach Ready, then keep running
   capstan dev --dir examples                    # read examples/ in place: an edit shows up within a second
   capstan dev --exit-when-ready --timeout 10m   # scripted smoke test: exit 0 once Ready
-  capstan dev --scenario bootstrap              # examples/clusters/bootstrap: 15 stages through a real pivot into a second control plane
+  capstan dev --scenario bootstrap              # examples/clusters/bootstrap: 16 stages through a real pivot into a second control plane
 
   # in another shell, while it runs:
   export KUBECONFIG=~/.cache/capstan/dev/kubeconfig

@@ -86,7 +86,7 @@ func TestExamplesRender(t *testing.T) {
 
 // The bootstrap example puts every object in the bootstrap profile's
 // stage for it, and labels an object with every component the profile
-// selects: no stage of the fifteen is empty where seed 000 does something.
+// selects: no stage of the sixteen is empty where seed 000 does something.
 func TestBootstrapExample(t *testing.T) {
 	out, err := runCLI(t, "render", "--root", "../../examples", "-o", "json", "-f", "../../examples/clusters/bootstrap/clusterdeployment.yaml")
 	if err != nil {
@@ -126,6 +126,7 @@ func TestBootstrapExample(t *testing.T) {
 		"MachinesLCMAgentUpdated":            6,
 		"HelmControllerDisabledBeforeConfig": 1,
 		"HelmControllerConfigUpdated":        1,
+		"HelmControllerEnabledAfterConfig":   1,
 		"ClusterReady":                       8, // the Cluster, the new cluster's 7 Deployments
 	}
 	for stage, n := range want {
@@ -133,8 +134,8 @@ func TestBootstrapExample(t *testing.T) {
 			t.Errorf("stage %s has %d objects, want %d", stage, got[stage], n)
 		}
 	}
-	if len(plan) != 15 {
-		t.Errorf("%d stages, want the bootstrap profile's 15", len(plan))
+	if len(plan) != 16 {
+		t.Errorf("%d stages, want the bootstrap profile's 16", len(plan))
 	}
 	profile, err := stages.LoadProfile("bootstrap")
 	if err != nil {

@@ -39,7 +39,7 @@ import (
 	"github.com/capstan-dev/capstan/stages/pivot"
 )
 
-// flowTimeout bounds each phase of the bootstrap flow: fifteen stages,
+// flowTimeout bounds each phase of the bootstrap flow: sixteen stages,
 // two control planes, simulators and a real pod share two cores with
 // whatever else runs here.
 const flowTimeout = 10 * time.Minute
@@ -50,7 +50,7 @@ const flowTimeout = 10 * time.Minute
 type bootFlow struct {
 	ns, clusterNS, provNS string
 	// targetNS are the example's capi-system, helm-system and iam, renamed:
-	// where stages 6-8 and 11-15 act in the target.
+	// where stages 6-8 and 11-16 act in the target.
 	targetNS     map[string]string
 	cd           *capstanv1.ClusterDeployment
 	bc, tc       client.Client // the bootstrap cluster, the suite's (the target)
@@ -67,13 +67,13 @@ func (b *bootFlow) cluster() string { return b.cd.Spec.Substitute["CLUSTER_NAME"
 
 // TestBootstrapProfileHandsOverToThePod is issue 12's full flow with a
 // real handover: examples/clusters/bootstrap (the bootstrap profile's
-// fifteen stages) run by `capstan run --image`, a process against a
+// sixteen stages) run by `capstan run --image`, a process against a
 // bootstrap control plane, with the suite's cluster (a real node) as the
 // new cluster. The simulated providers play Cluster API and Metal3 in both
 // clusters, the simulated KubeadmControlPlane writes the suite's
 // kubeconfig as the new cluster's; the pivot moves the deployment into the
 // suite's cluster and installs Capstan's image there, and the pod the node
-// starts finishes stages 11-15. In the end every stage is Ready in the
+// starts finishes stages 11-16. In the end every stage is Ready in the
 // target, whose Capstan owns the deployment and holds its fencing record;
 // every moved object is there once, its owners remapped; the bootstrap
 // keeps only the mirrors, whose status follows the target's; no Secret
@@ -159,7 +159,7 @@ func TestBootstrapProfileHandsOverToThePod(t *testing.T) {
 	})
 	t.Logf("bootstrap: moved %d objects into %s %s after create", moved.Status.Pivot.Objects, moved.Status.Pivot.Target, b.since())
 
-	// Stages 11-15 by the installed pod.
+	// Stages 11-16 by the installed pod.
 	done := b.waitDeployment(t, "target", b.tc, "every stage Ready in the target", func(cd *capstanv1.ClusterDeployment) bool {
 		c := condition(cd, capstanv1.ConditionReady)
 		return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == cd.Generation
