@@ -286,6 +286,57 @@ func TestBootstrapProfileFullFlow(t *testing.T) {
 	b.assertOnlyMirrorsLeft(t)
 	b.assertBootstrapKeyMoved(t, public)
 	b.assertHelmControllerEnabled(t)
+	b.dayTwo(t)
+}
+
+// dayTwo commits a new revision after the move: the target's Capstan walks
+// it in the new cluster alone, every stage of the profile, without the
+// bootstrap-only objects (the bootstrap's providers are not installed
+// there, and the stages that only served them pass empty), and the
+// bootstrap's mirror shows it.
+func (b *bootstrapCluster) dayTwo(t *testing.T) {
+	t.Helper()
+	const file = "clusters/bootstrap/overlay/target/helm-controller.yaml"
+	raw, err := os.ReadFile(filepath.Join("..", "examples", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := strings.Replace(string(raw), "  kubeconfig: in-cluster\n", "  kubeconfig: in-cluster\n  logLevel: debug\n", 1)
+	if changed == string(raw) {
+		t.Fatalf("%s no longer says kubeconfig: in-cluster", file)
+	}
+	sha, err := gitSrv.Commit(b.ns, gitserver.DefaultBranch, map[string]string{file: changed}, "day 2: the helm-controller logs more")
+	if err != nil {
+		t.Fatal(err)
+	}
+	there := getDeployment(t, b.target, b.ns, b.cd.Name)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, reconciler.ReconcileRequestedAnnotation, time.Now().Format(time.RFC3339Nano))
+	if err := b.target.Patch(context.Background(), there, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		t.Fatal(err)
+	}
+	pushed := time.Now()
+	done := waitDeployment(t, b.target, b.ns, b.cd.Name, "Ready at the day-2 revision in the target", func(cd *capstanv1.ClusterDeployment) bool {
+		return isReady(cd) && strings.HasSuffix(cd.Status.Revision, sha)
+	})
+	t.Logf("target: day-2 revision Ready %s after the reconcile request (%s)", time.Since(pushed).Round(time.Millisecond), stageDurations(done))
+	cm := object(t, b.target, corev1.SchemeGroupVersion.WithKind("ConfigMap"), "helm-system", "helm-controller-config")
+	if cm == nil {
+		t.Fatal("helm-controller-config is not in the target")
+	}
+	if v, _, _ := unstructured.NestedString(cm.Object, "data", "logLevel"); v != "debug" {
+		t.Errorf("the target's helm-controller-config has logLevel %q after the day-2 revision, want debug", v)
+	}
+	b.assertHelmControllerEnabled(t)
+	if ns := object(t, b.target, corev1.SchemeGroupVersion.WithKind("Namespace"), "", b.provNS); ns != nil {
+		t.Errorf("the day-2 walk put the bootstrap's providers' namespace %s into the target", b.provNS)
+	}
+	if object(t, b.bootstrap, corev1.SchemeGroupVersion.WithKind("ConfigMap"), "helm-system", "helm-controller-config") != nil {
+		t.Error("the day-2 walk put the new cluster's helm-controller-config into the bootstrap cluster")
+	}
+	// The mirror shows the target's walk, and acts on nothing.
+	waitDeployment(t, b.bootstrap, b.ns, b.cd.Name, "the bootstrap's mirror showing the day-2 revision, suspended", func(cd *capstanv1.ClusterDeployment) bool {
+		return cd.Spec.Suspend && cd.Status.Revision == done.Status.Revision
+	})
 }
 
 // assertHelmControllerEnabled: HelmControllerDisabledBeforeConfig scaled

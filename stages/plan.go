@@ -55,10 +55,17 @@ func (p *Plan) Names() []string {
 // Drop removes the objects drop selects from every stage: the stage
 // applies, scales or waits for the others. A deployment that moved out of
 // its bootstrap cluster drops the objects that serve only the bootstrap.
+// A stage left with nothing by the drop (the bootstrap profile's stages
+// that install and scale the bootstrap's providers) is empty by design,
+// not by a typo: it may be (AllowEmpty), and passes at once.
 func (p *Plan) Drop(drop func(*unstructured.Unstructured) bool) {
 	for i := range p.Stages {
 		st := &p.Stages[i]
+		had := len(st.Objects)
 		st.Objects = slices.DeleteFunc(st.Objects, drop)
+		if had > 0 && len(st.Objects) == 0 {
+			st.AllowEmpty = true
+		}
 		if st.PlanObjects != nil {
 			st.PlanObjects = slices.DeleteFunc(slices.Clone(st.PlanObjects), drop)
 		}

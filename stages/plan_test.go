@@ -443,4 +443,9 @@ func TestPlanDropLeavesTheRest(t *testing.T) {
 	if got := plan.Stages[2].PlanObjects; len(got) != 1 || got[0] != keep {
 		t.Errorf("Pivot's plan objects after Drop: %d, want only the ConfigMap", len(got))
 	}
+	// The Scale stage is empty because its objects stayed behind, not
+	// because its select has a typo: the preflight lets it pass.
+	if problems := stages.CheckPlan(plan); len(problems) != 0 {
+		t.Errorf("the preflight refuses the plan after Drop: %v", problems)
+	}
 }
