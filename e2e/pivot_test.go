@@ -20,6 +20,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/gitserver"
 	"github.com/capstan-dev/capstan/internal/testenv"
 	"github.com/capstan-dev/capstan/reconciler"
+	"github.com/capstan-dev/capstan/reconciler/report"
 	"github.com/capstan-dev/capstan/stages/pivot"
 )
 
@@ -63,7 +64,17 @@ func TestPivotStageMovesTheDeployment(t *testing.T) {
 		}},
 		Path: "clusters/pivot",
 	})
-	p.createMovable(t)
+	// Its status commits push with credentials of their own, which the
+	// Capstan of the target needs as much as the source's.
+	push := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "status-push", Namespace: ns},
+		StringData: map[string]string{"username": "capstan", "password": "s3cret-token"}}
+	if err := c.Create(ctx, push); err != nil {
+		t.Fatal(err)
+	}
+	p.createMovableWith(t, func(spec *capstanv1.ClusterDeploymentSpec) {
+		spec.Report = &capstanv1.ReportSpec{GitStatus: &capstanv1.GitStatusReport{
+			Interval: &metav1.Duration{Duration: time.Second}, SecretRef: &capstanv1.LocalObjectReference{Name: push.Name}}}
+	})
 
 	// The move is done once it waits for the target's Capstan: there is
 	// none yet, and this daemon does not know an image to install.
@@ -107,7 +118,7 @@ func TestPivotStageMovesTheDeployment(t *testing.T) {
 	if there.Status.Pivot != nil {
 		t.Errorf("the deployment arrived with the source's record of the move: %+v", there.Status.Pivot)
 	}
-	for _, name := range []string{"target-kubeconfig", cd.Spec.Source.Git.SecretRef.Name} {
+	for _, name := range []string{"target-kubeconfig", cd.Spec.Source.Git.SecretRef.Name, push.Name} {
 		if err := tc.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &corev1.Secret{}); err != nil {
 			t.Errorf("Secret %s, which the deployment names, did not move: %v", name, err)
 		}
@@ -158,6 +169,15 @@ func TestPivotStageMovesTheDeployment(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "git-auth"}, &corev1.Secret{}); err != nil {
 		t.Errorf("the git credentials, which deployment neighbour shares, left the source: %v", err)
 	}
+	// The target's Capstan commits the status of the walk it finished,
+	// with the push credentials that moved; the source's copy goes.
+	waitStatusFile(t, gitSrv, ns, ns, "movable", "the target's walk, stage After Ready", func(f *report.File) bool {
+		return fileStage(f, "After").State == string(capstanv1.StageReady)
+	})
+	waitFor(t, "the source's copy of the status push credentials dropped", func() (bool, error) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: push.Name}, &corev1.Secret{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
 }
 
 // After the handover the source's Capstan never writes for the
@@ -277,7 +297,13 @@ func newPivotSetup(ctx context.Context, t *testing.T, crds bool) *pivotSetup {
 // Pivot into the target, After there.
 func (p *pivotSetup) createMovable(t *testing.T) {
 	t.Helper()
-	createDeployment(t, p.c, p.ns, "movable", capstanv1.ClusterDeploymentSpec{
+	p.createMovableWith(t, func(*capstanv1.ClusterDeploymentSpec) {})
+}
+
+// createMovableWith is createMovable with the spec changed by change.
+func (p *pivotSetup) createMovableWith(t *testing.T, change func(*capstanv1.ClusterDeploymentSpec)) {
+	t.Helper()
+	spec := capstanv1.ClusterDeploymentSpec{
 		Source: &capstanv1.SourceSpec{Git: &capstanv1.GitSource{
 			URL: p.url, Ref: capstanv1.GitRef{Branch: "main"}, SecretRef: &capstanv1.LocalObjectReference{Name: gitSecret(t, p.c, p.ns)},
 		}},
@@ -287,7 +313,9 @@ func (p *pivotSetup) createMovable(t *testing.T) {
 			{Name: "Pivot", Action: capstanv1.StageActionPivot, KubeConfig: kubeconfigRef("target-kubeconfig")},
 			{Name: "After"},
 		},
-	})
+	}
+	change(&spec)
+	createDeployment(t, p.c, p.ns, "movable", spec)
 }
 
 func targetIDOf(t *testing.T, c client.Client) string {

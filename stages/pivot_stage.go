@@ -442,9 +442,18 @@ func (e *Executor) handedOver(ctx context.Context, stage *Stage, owner Owner, st
 
 // heldUntilCleanup are the Secrets of the deployment's namespace that a
 // move copies and keeps here until the handover is confirmed: the
-// credentials of its source and the bootstrap key.
+// credentials of its source, those it reports with (this Capstan comments
+// and commits its status until then) and the bootstrap key.
 func heldUntilCleanup(cd *capstanv1.ClusterDeployment) []string {
 	names := []string{pivot.BootstrapKeySecret}
+	if r := cd.Spec.Report; r != nil {
+		if r.PullRequests != nil {
+			names = append(names, r.PullRequests.SecretRef.Name)
+		}
+		if r.GitStatus != nil && r.GitStatus.SecretRef != nil {
+			names = append(names, r.GitStatus.SecretRef.Name)
+		}
+	}
 	if src := cd.Spec.Source; src != nil {
 		if g := src.Git; g != nil {
 			if g.SecretRef != nil {
@@ -467,8 +476,9 @@ func heldUntilCleanup(cd *capstanv1.ClusterDeployment) []string {
 }
 
 // sharedSecrets are the Secrets of cd's namespace that another deployment
-// there (not a mirror) names: its source's credentials, its kubeconfigs,
-// and the namespace's bootstrap key, which every deployment of the
+// there (not a mirror) names: its source's credentials, its forge token
+// and status push credentials, its kubeconfigs, and the namespace's
+// bootstrap key, which every deployment of the
 // namespace uses. A move copies them and leaves them in place.
 func sharedSecrets(ctx context.Context, c client.Reader, cd *capstanv1.ClusterDeployment) (map[string]bool, error) {
 	list := &unstructured.UnstructuredList{}

@@ -185,9 +185,10 @@ type secretRef struct{ field, name string }
 
 // secretRefs are the Secrets an object names in its spec, in the same
 // namespace, for the kinds whose Secrets Cluster API does not label, and
-// for the ClusterDeployment: its source's credentials and signature keys
-// and the kubeconfigs its stages use, which the Capstan in the target
-// needs to go on.
+// for the ClusterDeployment: its source's credentials and signature keys,
+// the kubeconfigs its stages use, and what it reports with (the forge
+// token of its pull request comments, the push credentials of its status
+// commits), which the Capstan in the target needs to go on.
 func secretRefs(u *unstructured.Unstructured) []secretRef {
 	var fields [][]string
 	switch u.GetKind() {
@@ -200,6 +201,7 @@ func secretRefs(u *unstructured.Unstructured) []secretRef {
 			{"spec", "source", "git", "secretRef", "name"}, {"spec", "source", "git", "verify", "secretRef", "name"},
 			{"spec", "source", "oci", "secretRef", "name"}, {"spec", "source", "oci", "verify", "secretRef", "name"},
 			{"spec", "kubeConfig", "secretRef", "name"},
+			{"spec", "report", "pullRequests", "secretRef", "name"}, {"spec", "report", "gitStatus", "secretRef", "name"},
 		}
 		stages, _, _ := unstructured.NestedSlice(u.Object, "spec", "stages")
 		var refs []secretRef

@@ -136,6 +136,33 @@ func TestBuildGraphLabelledObjectsOfTheCluster(t *testing.T) {
 	}
 }
 
+// The deployment's reporting credentials go with it: the Capstan in the
+// target comments on pull requests and commits its status from then on.
+func TestBuildGraphTakesTheDeploymentsReportSecrets(t *testing.T) {
+	cd := obj("capstan.dev/v1alpha1", "ClusterDeployment", "mgmt",
+		field("git-auth", "spec", "source", "git", "secretRef", "name"),
+		field("forge-token", "spec", "report", "pullRequests", "secretRef", "name"),
+		field("status-push", "spec", "report", "gitStatus", "secretRef", "name"))
+	all := []*unstructured.Unstructured{cd, obj("v1", "Secret", "git-auth"), obj("v1", "Secret", "forge-token"), obj("v1", "Secret", "status-push")}
+	g, err := BuildGraph(all, []Object{ObjectOf(cd)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	why := map[string]string{}
+	for _, n := range g.Nodes() {
+		why[n.ID().String()] = n.Why
+	}
+	for object, want := range map[string]string{
+		"Secret/mgmt/git-auth":    "named by ClusterDeployment/mgmt/mgmt .spec.source.git.secretRef.name",
+		"Secret/mgmt/forge-token": "named by ClusterDeployment/mgmt/mgmt .spec.report.pullRequests.secretRef.name",
+		"Secret/mgmt/status-push": "named by ClusterDeployment/mgmt/mgmt .spec.report.gitStatus.secretRef.name",
+	} {
+		if got, ok := why[object]; !ok || got != want {
+			t.Errorf("%s moves: %t, because %q; want it moved because %q", object, ok, got, want)
+		}
+	}
+}
+
 func TestBuildGraphMissingRootsAreAllNamed(t *testing.T) {
 	all, roots := source()
 	roots = append(roots,
