@@ -74,10 +74,14 @@ func (e *Executor) scaleStage(ctx context.Context, stage *Stage, owner Owner) Re
 		}
 		return failed(res, err)
 	}
+	workloads := fmt.Sprintf("%d workloads", len(stage.Objects))
+	if len(stage.Objects) == 1 {
+		workloads = "1 workload"
+	}
 	if stage.Scale.Committed {
-		res.Message = fmt.Sprintf("replicas set to the committed count on %d workloads", len(stage.Objects))
+		res.Message = "replicas set to the committed count on " + workloads
 	} else {
-		res.Message = fmt.Sprintf("replicas set to %d on %d workloads", *stage.Scale.Replicas, len(stage.Objects))
+		res.Message = fmt.Sprintf("replicas set to %d on %s", *stage.Scale.Replicas, workloads)
 	}
 	return res
 }
