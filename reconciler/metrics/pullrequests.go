@@ -11,10 +11,23 @@ import (
 // the pull request watcher (docs/metrics.md).
 const PullRequestReportFailures = Prefix + "pullrequest_report_failures_total"
 
+// PullRequestPlans names the family of plans of pull request heads
+// (docs/metrics.md).
+const PullRequestPlans = Prefix + "pullrequest_plans_total"
+
+// Why a pull request head was planned (PullRequestPlans' reason label).
+const (
+	PlanReasonHead       = "head"       // a head not planned yet: a new pull request, a push, a restart
+	PlanReasonRollout    = "rollout"    // a rollout of the branch settled since the last plan
+	PlanReasonUnanswered = "unanswered" // a cluster of the last plan did not answer
+	PlanReasonMembers    = "members"    // deployments reading the branch came or went
+)
+
 // PullRequestCollector holds the pull request watcher's families. Its
 // methods are safe for concurrent use, and on a nil collector do nothing.
 type PullRequestCollector struct {
 	failures *prometheus.CounterVec
+	plans    *prometheus.CounterVec
 }
 
 var (
@@ -38,9 +51,15 @@ func PullRequestFor(reg prometheus.Registerer) (*PullRequestCollector, error) {
 			Name: PullRequestReportFailures,
 			Help: "Forge requests of the pull request watcher that failed (listing pull requests, writing or reading back a comment, writing a commit status, finding the pull request of a commit, reading the token), by forge and reason: unauthorized, forbidden, not_found, rate_limited, server_error, unreachable, rejected, token.",
 		}, []string{"forge", "reason"}),
+		plans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: PullRequestPlans,
+			Help: "Plans of pull request heads (a fetch, a render and a dry run per deployment reading the branch), by reason: head (not planned yet), rollout (a rollout of the branch settled since), unanswered (a cluster did not answer), members (deployments came or went).",
+		}, []string{"reason"}),
 	}
-	if err := reg.Register(c.failures); err != nil {
-		return nil, fmt.Errorf("register Capstan pull request metrics: %w", err)
+	for _, col := range []prometheus.Collector{c.failures, c.plans} {
+		if err := reg.Register(col); err != nil {
+			return nil, fmt.Errorf("register Capstan pull request metrics: %w", err)
+		}
 	}
 	pullRequestShared[reg] = c
 	return c, nil
@@ -50,5 +69,12 @@ func PullRequestFor(reg prometheus.Registerer) (*PullRequestCollector, error) {
 func (c *PullRequestCollector) Failure(forge, reason string) {
 	if c != nil {
 		c.failures.WithLabelValues(forge, reason).Inc()
+	}
+}
+
+// Planned counts one plan of a pull request head, for reason.
+func (c *PullRequestCollector) Planned(reason string) {
+	if c != nil {
+		c.plans.WithLabelValues(reason).Inc()
 	}
 }

@@ -368,9 +368,13 @@ func (w *PullRequests) planOpen(ctx context.Context, g *group, st *groupState, f
 	var errs []error
 	for _, pr := range prs {
 		open[pr.Number] = true
-		if p, ok := st.planned[pr.Number]; ok && !p.stale(pr.HeadSHA, lives) {
-			continue
+		why := metrics.PlanReasonHead
+		if p, ok := st.planned[pr.Number]; ok {
+			if why = p.stale(pr.HeadSHA, lives); why == "" {
+				continue
+			}
 		}
+		w.metrics.Planned(why)
 		again, err := w.plan(ctx, g, st, f, pr)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pull request %d: %w", pr.Number, err))

@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/reconciler/metrics"
 	"github.com/capstan-dev/capstan/reconciler/report/forge"
 )
 
@@ -70,22 +71,27 @@ func livesOf(members []*capstanv1.ClusterDeployment) map[types.NamespacedName]li
 	return out
 }
 
-// stale reports whether pull request head must be planned (again): a new
-// head, a cluster that did not answer, a member added or gone, or a member
-// whose clusters settled in another state than the plan saw. A member
-// still rolling out is left to settle.
-func (p plannedHead) stale(head string, now map[types.NamespacedName]liveState) bool {
-	if p.head != head || p.again || len(p.live) != len(now) {
-		return true
+// stale says why pull request head must be planned (again), "" when it
+// need not: a new head, a cluster that did not answer, a member added or
+// gone, or a member whose clusters settled in another state than the plan
+// saw. A member still rolling out is left to settle.
+func (p plannedHead) stale(head string, now map[types.NamespacedName]liveState) string {
+	switch {
+	case p.head != head:
+		return metrics.PlanReasonHead
+	case p.again:
+		return metrics.PlanReasonUnanswered
+	case len(p.live) != len(now):
+		return metrics.PlanReasonMembers
 	}
 	for k, s := range now {
 		was, ok := p.live[k]
 		if !ok {
-			return true
+			return metrics.PlanReasonMembers
 		}
 		if !s.moving && (was.moving || was.key != s.key) {
-			return true
+			return metrics.PlanReasonRollout
 		}
 	}
-	return false
+	return ""
 }

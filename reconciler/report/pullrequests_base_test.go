@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/reconciler/metrics"
 )
 
 // countingPlanner is shopPlanner, counting its plans.
@@ -43,7 +44,8 @@ func TestOpenPullRequestsArePlannedAgainWhenARolloutSettles(t *testing.T) {
 	f.rollOut(ctx, strings.Repeat("1", 40), true)
 	pr := f.openPullRequest(ctx, "change")
 	planner := &countingPlanner{shopPlanner: shopPlanner{f.diff}}
-	w := f.watcher(&forgeTap{gets: map[string]int{}, writes: map[string]int{}}, prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	w := f.watcher(&forgeTap{gets: map[string]int{}, writes: map[string]int{}}, reg)
 	w.planner = planner
 	// The clock moves a listing interval (the spec's 1s) between rounds.
 	clock := time.Now()
@@ -85,6 +87,11 @@ func TestOpenPullRequestsArePlannedAgainWhenARolloutSettles(t *testing.T) {
 	if got := planner.planned(); got != 2 {
 		t.Errorf("planned %d times with nothing rolled out since, want twice", got)
 	}
+	for reason, want := range map[string]float64{metrics.PlanReasonHead: 1, metrics.PlanReasonRollout: 1, metrics.PlanReasonUnanswered: 0} {
+		if got := counted(t, reg, metrics.PullRequestPlans, reason); got != want {
+			t.Errorf("%s{reason=%q} = %v, want %v", metrics.PullRequestPlans, reason, got, want)
+		}
+	}
 }
 
 // stale is the rule: a new head, a cluster that did not answer, members
@@ -108,21 +115,21 @@ func TestPlannedHeadStale(t *testing.T) {
 		was   plannedHead
 		head  string
 		now   map[types.NamespacedName]liveState
-		stale bool
+		stale string
 	}{
-		{"nothing changed", plannedHead{head: "h", live: lives(a, ready1)}, "h", lives(a, ready1), false},
-		{"a new head", plannedHead{head: "h", live: lives(a, ready1)}, "h2", lives(a, ready1), true},
-		{"a cluster did not answer", plannedHead{head: "h", live: lives(a, ready1), again: true}, "h", lives(a, ready1), true},
-		{"a rollout moves", plannedHead{head: "h", live: lives(a, ready1)}, "h", lives(a, moving2), false},
-		{"a rollout settled", plannedHead{head: "h", live: lives(a, ready1)}, "h", lives(a, ready2), true},
-		{"planned while moving, settled", plannedHead{head: "h", live: lives(a, moving2)}, "h", lives(a, ready2), true},
-		{"planned while moving, still moving", plannedHead{head: "h", live: lives(a, moving2)}, "h", lives(a, moving2), false},
-		{"one of two settled", plannedHead{head: "h", live: lives(a, ready1, b, moving2)}, "h", lives(a, ready2, b, moving2), true},
-		{"a member added", plannedHead{head: "h", live: lives(a, ready1)}, "h", lives(a, ready1, b, ready1), true},
-		{"a member gone", plannedHead{head: "h", live: lives(a, ready1, b, ready1)}, "h", lives(a, ready1), true},
+		{"nothing changed", plannedHead{head: "h", live: lives(a, ready1)}, "h", lives(a, ready1), ""},
+		{"a new head", plannedHead{head: "h", live: lives(a, ready1)}, "h2", lives(a, ready1), metrics.PlanReasonHead},
+		{"a cluster did not answer", plannedHead{head: "h", live: lives(a, ready1), again: true}, "h", lives(a, ready1), metrics.PlanReasonUnanswered},
+		{"a rollout moves", plannedHead{head: "h", live: lives(a, ready1)}, "h", lives(a, moving2), ""},
+		{"a rollout settled", plannedHead{head: "h", live: lives(a, ready1)}, "h", lives(a, ready2), metrics.PlanReasonRollout},
+		{"planned while moving, settled", plannedHead{head: "h", live: lives(a, moving2)}, "h", lives(a, ready2), metrics.PlanReasonRollout},
+		{"planned while moving, still moving", plannedHead{head: "h", live: lives(a, moving2)}, "h", lives(a, moving2), ""},
+		{"one of two settled", plannedHead{head: "h", live: lives(a, ready1, b, moving2)}, "h", lives(a, ready2, b, moving2), metrics.PlanReasonRollout},
+		{"a member added", plannedHead{head: "h", live: lives(a, ready1)}, "h", lives(a, ready1, b, ready1), metrics.PlanReasonMembers},
+		{"a member gone", plannedHead{head: "h", live: lives(a, ready1, b, ready1)}, "h", lives(a, ready1), metrics.PlanReasonMembers},
 	} {
 		if got := c.was.stale(c.head, c.now); got != c.stale {
-			t.Errorf("%s: stale = %v, want %v", c.name, got, c.stale)
+			t.Errorf("%s: stale = %q, want %q", c.name, got, c.stale)
 		}
 	}
 }

@@ -162,7 +162,7 @@ func newRestartFixture(t *testing.T, ctx context.Context) *restartFixture {
 }
 
 // watcher is a fresh PullRequests, as a process that just started has:
-// nothing in memory.
+// nothing in memory. It handles this fixture's repository alone.
 func (f *restartFixture) watcher(tap *forgeTap, reg *prometheus.Registry) *PullRequests {
 	f.t.Helper()
 	w, err := NewPullRequests(PullRequestOptions{
@@ -176,7 +176,20 @@ func (f *restartFixture) watcher(tap *forgeTap, reg *prometheus.Registry) *PullR
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	f.only(w)
 	return w
+}
+
+// only makes w handle this fixture's repository alone: the deployments of
+// the package's other tests, in the same control plane, are left out.
+func (f *restartFixture) only(w *PullRequests) {
+	f.t.Helper()
+	name, err := forge.RepositoryFromURL(f.s.CloneURL(f.repo), f.s.URL())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	mine := PullRequestGroup(forge.ProviderGitea, f.s.URL(), name, "main")
+	w.opts.Owns = func(group string) bool { return group == mine }
 }
 
 // openPullRequest pushes branch and opens a pull request from it.
@@ -250,13 +263,19 @@ func (f *restartFixture) until(ctx context.Context, w *PullRequests, n int64, wh
 
 func failures(t *testing.T, reg *prometheus.Registry, reason string) float64 {
 	t.Helper()
+	return counted(t, reg, metrics.PullRequestReportFailures, reason)
+}
+
+// counted sums the series of a counter family with the given reason.
+func counted(t *testing.T, reg *prometheus.Registry, family, reason string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var n float64
 	for _, mf := range mfs {
-		if mf.GetName() != metrics.PullRequestReportFailures {
+		if mf.GetName() != family {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
