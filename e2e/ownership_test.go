@@ -193,6 +193,47 @@ func TestPruneDeletesWhatTheSourceDropped(t *testing.T) {
 	}
 }
 
+// A deployment that applies the Namespace it lives in, and may delete
+// destructive kinds, is deleted: its other objects go, the Namespace stays
+// (deleting it would delete the deployment while its finalizer waits for
+// the Namespace to go), an event says why, and the deployment is gone.
+func TestDeletingADeploymentKeepsTheNamespaceItLivesIn(t *testing.T) {
+	c := newClient(t)
+	ns := newNamespace(t)
+	url := pushOwned(t, ns, namespaceInA+cm("settings", "A"))
+	startDaemon(t, nil)
+	spec := ownedSpec(url, ns, gitSecret(t, c, ns), "A")
+	spec.Prune = &capstanv1.PruneSpec{Destructive: true}
+	createDeployment(t, c, ns, "self", spec)
+	cd := waitDeployment(t, c, ns, "self", "Ready", isReady)
+	if !inventoryIDs(cd)["_"+ns+"__Namespace"] {
+		t.Fatalf("the inventory does not hold Namespace %s: %v", ns, inventoryIDs(cd))
+	}
+
+	if err := c.Delete(context.Background(), cd); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the deployment and its ConfigMap gone", func() (bool, error) {
+		err := c.Get(context.Background(), client.ObjectKeyFromObject(cd), &capstanv1.ClusterDeployment{})
+		return apierrors.IsNotFound(err) && object(t, c, configMapGVK, ns, "settings") == nil, client.IgnoreNotFound(err)
+	})
+	if !exists(t, c, schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, "", ns) {
+		t.Errorf("Namespace %s, which held the deployment, was deleted", ns)
+	}
+	waitFor(t, "a PruneSkipped event saying why the Namespace stays", func() (bool, error) {
+		list := &eventsv1.EventList{}
+		if err := c.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		for _, e := range list.Items {
+			if e.Reason == "PruneSkipped" && strings.Contains(e.Note, "Namespace/"+ns) && strings.Contains(e.Note, "holds ClusterDeployment "+ns+"/self") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
 func controllerHasFinalizer(cd *capstanv1.ClusterDeployment) bool {
 	for _, f := range cd.Finalizers {
 		if f == "capstan.dev/finalizer" {

@@ -221,6 +221,7 @@ func New(opts Options) (*Daemon, error) {
 		return nil, fmt.Errorf("new daemon: %w", err)
 	}
 	execOpts = append(execOpts, shard.executorOptions()...)
+	execOpts = append(execOpts, stages.WithHomeNamespace(opts.LeaderElection.homeNamespace()))
 	srcs, err := newSourceCache(opts.Artifacts)
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: %w", err)

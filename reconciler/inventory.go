@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -91,12 +92,15 @@ func (r *Reconciler) removeStale(ctx context.Context, cd *capstanv1.ClusterDeplo
 	}
 	leave := func(res stages.PruneResult) {
 		ids := map[string]bool{}
-		for _, id := range slices.Concat(res.Gone, res.Kept) {
+		for _, id := range slices.Concat(res.Gone, res.Kept, slices.Collect(maps.Keys(res.Protected))) {
 			ids[id] = true
 		}
 		stages.RemoveFromInventory(cd.Status.Inventory, ids)
 		for _, id := range res.Kept {
 			r.event(cd, "Normal", "PruneSkipped", "%s: kept, it is marked %s: disabled", stages.EntryRef(id), stages.PruneKey)
+		}
+		for _, id := range slices.Sorted(maps.Keys(res.Protected)) {
+			r.event(cd, "Warning", "PruneSkipped", "%s: kept, Capstan never deletes it: %s; delete it by hand if it must go", stages.EntryRef(id), res.Protected[id])
 		}
 	}
 	if !opts.Destructive && slices.ContainsFunc(groups, func(g capstanv1.InventoryStage) bool { return stages.AnyDestructive(g.Entries) }) {

@@ -59,6 +59,16 @@ func (o LeaderElectionOptions) namespace() string {
 	return "capstan-system"
 }
 
+// homeNamespace is the namespace Capstan runs in, which no prune or
+// deletion removes: the pod's, else the Lease's when set; "" outside a
+// pod with no namespace given (capstan dev, the tests' daemons).
+func (o LeaderElectionOptions) homeNamespace() string {
+	if data, err := os.ReadFile(serviceAccountNamespace); err == nil && strings.TrimSpace(string(data)) != "" {
+		return strings.TrimSpace(string(data))
+	}
+	return o.Namespace
+}
+
 // identity names this replica in the Lease: the pod's name ($POD_NAME, set
 // by the Deployment through the downward API; a host-network pod's host
 // name is the node's) or the host name, and a random suffix so that two

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -511,6 +512,9 @@ func (e *Executor) diffPruneStage(ctx context.Context, d *PlanDiff, stage capsta
 	add(res.Deleting, DiffDelete, "")
 	add(res.Held, DiffHeld, "a destructive kind: kept until the deployment sets spec.prune.destructive")
 	add(res.Kept, DiffKept, PruneKey+": disabled: stays in the cluster, leaves the inventory")
+	for _, id := range slices.Sorted(maps.Keys(res.Protected)) {
+		add([]string{id}, DiffKept, "never deleted, "+res.Protected[id]+": stays in the cluster, leaves the inventory")
+	}
 	for _, err := range unjoin(err) {
 		if err != nil {
 			d.Prune = append(d.Prune, ObjectDiff{Ref: "(prune)", Stage: stage.Name, Action: DiffFailed, Error: err.Error()})

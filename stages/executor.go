@@ -89,6 +89,8 @@ type Executor struct {
 	// actor is the ServiceAccount ("namespace/name") the executor acts as
 	// (As); empty: Capstan's own identity.
 	actor string
+	// homeNamespace is the namespace Capstan runs in (WithHomeNamespace).
+	homeNamespace string
 }
 
 // ExecutorOption configures an Executor.

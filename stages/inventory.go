@@ -176,6 +176,9 @@ type PruneResult struct {
 	// Kept are the objects marked capstan.dev/prune: disabled; they stay
 	// in the cluster and leave the inventory.
 	Kept []string
+	// Protected are objects never deleted (protect.go), by ID, with why;
+	// they stay in the cluster and leave the inventory.
+	Protected map[string]string
 	// Held are objects of destructive kinds, kept because the deployment
 	// does not allow pruning them; they stay in the inventory.
 	Held []string
@@ -196,8 +199,8 @@ type PruneOptions struct {
 }
 
 // Prune deletes the objects of entries that belong to owner, except those
-// marked capstan.dev/prune: disabled and, unless opts.Destructive,
-// those of destructive kinds. With opts.DryRun it deletes nothing and
+// marked capstan.dev/prune: disabled, those never deleted (protect.go)
+// and, unless opts.Destructive, those of destructive kinds. With opts.DryRun it deletes nothing and
 // returns what it would delete in Deleting. It does not wait: objects still being
 // deleted are returned in Deleting, and the next pass finds them gone.
 func (e *Executor) Prune(ctx context.Context, entries []capstanv1.InventoryEntry, owner Owner, opts PruneOptions) (PruneResult, error) {
@@ -237,6 +240,18 @@ func (e *Executor) Prune(ctx context.Context, entries []capstanv1.InventoryEntry
 			continue
 		case labels[PruneKey] == "disabled" || live.GetAnnotations()[PruneKey] == "disabled":
 			res.Kept = append(res.Kept, entry.ID)
+			continue
+		}
+		why, err := e.protects(ctx, live)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("prune %s: %w", entryRef(id), err))
+			continue
+		case why != "":
+			if res.Protected == nil {
+				res.Protected = map[string]string{}
+			}
+			res.Protected[entry.ID] = why
 			continue
 		case IsDestructive(id.GroupKind) && !opts.Destructive:
 			res.Held = append(res.Held, entry.ID)

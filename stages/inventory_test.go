@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/internal/testenv"
 	"github.com/capstan-dev/capstan/stages"
 )
 
@@ -252,5 +253,71 @@ func TestPrune(t *testing.T) {
 	}
 	if len(res.Deleting) != 1 {
 		t.Errorf("with destructive pruning allowed, deleting = %v, want the Namespace", res.Deleting)
+	}
+}
+
+// A prune or a deletion never deletes what would take Capstan or other
+// deployments with it, whatever spec.prune allows: a Namespace that holds
+// a ClusterDeployment, the Namespace Capstan runs in, a CRD of Capstan's
+// API group. They leave the inventory, saying why; a Namespace holding
+// nothing of that kind goes as before.
+func TestPruneNeverDeletesWhatCapstanLivesOn(t *testing.T) {
+	ctx := testContext(t)
+	if err := testenv.InstallCRDs(ctx, env.Config, "../manifests/crds/capstan.dev_clusterdeployments.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := newClient(t)
+	suffix := newNamespace(t)
+	holding, home, plain := "holds-"+suffix, "home-"+suffix, "plain-"+suffix
+	e := stages.NewExecutor(c, stages.WithHomeNamespace(home))
+	crd := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: probes`+suffix+`.capstan.dev}
+spec:
+  group: capstan.dev
+  names: {kind: Probe`+suffix+`, listKind: Probe`+suffix+`List, plural: probes`+suffix+`, singular: probe`+suffix+`}
+  scope: Namespaced
+  versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object}}}]
+`), &crd.Object); err != nil {
+		t.Fatal(err)
+	}
+	objs := []*unstructured.Unstructured{object("v1", "Namespace", "", holding), object("v1", "Namespace", "", home),
+		object("v1", "Namespace", "", plain), crd}
+	if _, err := e.Apply(ctx, objs, "Config", owner); err != nil {
+		t.Fatal(err)
+	}
+	cd := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"path": "app"}}}
+	cd.SetGroupVersionKind(capstanv1.GroupVersion.WithKind("ClusterDeployment"))
+	cd.SetNamespace(holding)
+	cd.SetName("tenant")
+	if err := c.Create(ctx, cd); err != nil {
+		t.Fatal(err)
+	}
+	inv := e.InventoryOf(&stages.Stage{StageSpec: capstanv1.StageSpec{Name: "Config"}, Objects: objs})
+
+	res, err := e.Prune(ctx, inv.Entries, owner, stages.PruneOptions{Destructive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for obj, want := range map[*unstructured.Unstructured]string{
+		objs[0]: "holds ClusterDeployment " + holding + "/tenant",
+		objs[1]: "Capstan runs in it",
+		crd:     "it defines Capstan's API",
+	} {
+		if why := res.Protected[stages.ObjectID(obj)]; !strings.Contains(why, want) {
+			t.Errorf("%s: protected because %q, want it kept saying %q", stages.ObjectRef(obj), why, want)
+		}
+		if live := getLive(t, c, obj); live.GetDeletionTimestamp() != nil {
+			t.Errorf("%s is being deleted", stages.ObjectRef(obj))
+		}
+	}
+	if !slices.Equal(res.Deleting, []string{stages.ObjectID(objs[2])}) {
+		t.Errorf("deleting = %v, want only Namespace %s", res.Deleting, plain)
+	}
+	// The dry run of a diff says the same.
+	look, err := e.Prune(ctx, inv.Entries, owner, stages.PruneOptions{Destructive: true, DryRun: true})
+	if err != nil || len(look.Protected) != 3 {
+		t.Errorf("dry run: protected %v (%v), want the three", look.Protected, err)
 	}
 }
