@@ -88,7 +88,6 @@ func TestHTTPSWithPrivateCA(t *testing.T) {
 					t.Fatalf("%s succeeded, want an untrusted certificate error", op)
 				}
 				msg := err.Error()
-				t.Logf("%s: %s", op, msg)
 				if !errors.Is(err, sources.ErrAuth) || !strings.Contains(msg, tt.wantErr) || !strings.Contains(msg, url) {
 					t.Errorf("%s error %q: want sources.ErrAuth, the URL and %q", op, msg, tt.wantErr)
 				}
