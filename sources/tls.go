@@ -22,8 +22,7 @@ const LegacyCAKey = "caFile"
 // CABundle returns the CA certificates a credentials Secret's data holds
 // (CAKey, else LegacyCAKey), nil when it holds neither. A value with no
 // PEM certificate, or with one that does not parse, is refused with an
-// error that names the key (wrapping ErrInvalid) and never quotes the
-// value.
+// error that names the key and never quotes the value.
 func CABundle(data map[string][]byte) ([]byte, error) {
 	for _, key := range []string{CAKey, LegacyCAKey} {
 		bundle, ok := data[key]
@@ -31,7 +30,7 @@ func CABundle(data map[string][]byte) ([]byte, error) {
 			continue
 		}
 		if err := checkBundle(bundle); err != nil {
-			return nil, fmt.Errorf("%w: key %q: %w", ErrInvalid, key, err)
+			return nil, fmt.Errorf("key %q: %w", key, err)
 		}
 		return bundle, nil
 	}
@@ -63,10 +62,11 @@ func checkBundle(bundle []byte) error {
 
 // CertPool returns the system roots (an empty pool where the system has
 // none to read) with the certificates of bundle added, so that a private
-// CA is trusted beside the public ones.
+// CA is trusted beside the public ones. A bundle with no certificate is
+// refused.
 func CertPool(bundle []byte) (*x509.CertPool, error) {
 	if err := checkBundle(bundle); err != nil {
-		return nil, fmt.Errorf("%w: CA bundle: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("CA bundle: %w", err)
 	}
 	pool, err := x509.SystemCertPool()
 	if err != nil || pool == nil {

@@ -151,7 +151,7 @@ func New(opts Options) (*Source, error) {
 	if len(opts.Auth.CABundle) > 0 {
 		// go-git drops what does not parse without a word.
 		if _, err := sources.CertPool(opts.Auth.CABundle); err != nil {
-			return nil, fmt.Errorf("git source %s: %s: %w", display, s.creds.CA, err)
+			return nil, fmt.Errorf("git source %s: %w: %s: %w", display, sources.ErrInvalid, s.creds.CA, err)
 		}
 	}
 	if opts.Verify != nil {

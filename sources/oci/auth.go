@@ -143,7 +143,7 @@ func (a Auth) transport(rt http.RoundTripper) (http.RoundTripper, error) {
 	}
 	t, err := sources.HTTPTransport(a.CABundle)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", a.caFrom(), err)
+		return nil, fmt.Errorf("%w: %s: %w", sources.ErrInvalid, a.caFrom(), err)
 	}
 	t.ResponseHeaderTimeout = 30 * time.Second
 	return t, nil
