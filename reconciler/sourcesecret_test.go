@@ -5,7 +5,6 @@ import (
 	"io"
 	"io/fs"
 	"log"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -160,14 +159,10 @@ func TestOCISourceTrustsTheCAOfItsSecret(t *testing.T) {
 	f := newPrivateCAFixture(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	cfg, err := f.ca.ServerTLS()
+	reg, err := f.ca.Serve(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := httptest.NewUnstartedServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	reg.Config.ErrorLog = log.New(io.Discard, "", 0)
-	reg.TLS = cfg
-	reg.StartTLS()
 	t.Cleanup(reg.Close)
 	url := "oci://" + strings.TrimPrefix(reg.URL, "https://") + "/clusters/east"
 	files := fstest.MapFS{"cm.yaml": {Data: []byte(cmYAML), Mode: 0o644}}

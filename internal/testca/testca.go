@@ -13,8 +13,14 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"log"
 	"math/big"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"time"
 )
 
@@ -94,4 +100,30 @@ func serial() *big.Int {
 		panic(err)
 	}
 	return n
+}
+
+// Serve serves h over https on 127.0.0.1 with a certificate of the CA, as
+// a server behind a company CA is reached. Handshakes of clients that do
+// not trust the CA fail, as tests mean them to, without a log line each.
+func (c *CA) Serve(h http.Handler) (*httptest.Server, error) {
+	cfg, err := c.ServerTLS()
+	if err != nil {
+		return nil, err
+	}
+	s := httptest.NewUnstartedServer(h)
+	s.Config.ErrorLog = log.New(io.Discard, "", 0)
+	s.TLS = cfg
+	s.StartTLS()
+	return s, nil
+}
+
+// Proxy serves the http(s) server at target through a reverse proxy over
+// https with a certificate of the CA: a real server (a forge, a registry)
+// behind a private CA.
+func (c *CA) Proxy(target string) (*httptest.Server, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, fmt.Errorf("proxy target %q: %w", target, err)
+	}
+	return c.Serve(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(u) }})
 }

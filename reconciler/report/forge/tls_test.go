@@ -3,11 +3,6 @@ package forge
 import (
 	"context"
 	"errors"
-	"io"
-	"log"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -19,27 +14,6 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/testca"
 )
-
-// httpsProxy serves target over https with a certificate of ca, as a
-// company's forge behind its own CA is reached.
-func httpsProxy(t *testing.T, ca *testca.CA, target string) string {
-	t.Helper()
-	u, err := url.Parse(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := ca.ServerTLS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httptest.NewUnstartedServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(u) }})
-	// Clients refused by a test log handshake errors; they are expected.
-	proxy.Config.ErrorLog = log.New(io.Discard, "", 0)
-	proxy.TLS = cfg
-	proxy.StartTLS()
-	t.Cleanup(proxy.Close)
-	return proxy.URL
-}
 
 // The real Gitea behind an https proxy whose certificate a private CA
 // signed: the ca.crt of the token Secret makes the forge reachable; without
@@ -57,7 +31,12 @@ func TestGiteaWithPrivateCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := httpsProxy(t, ca, s.URL())
+	proxy, err := ca.Proxy(s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	base := proxy.URL
 
 	e := controlPlane(t)
 	c, err := client.New(e.Config, client.Options{})
