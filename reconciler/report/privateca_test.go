@@ -223,6 +223,12 @@ func TestPullRequestsTrustTheCAOfTheTokenSecret(t *testing.T) {
 			if err := f.c.Create(ctx, cd); err != nil {
 				t.Fatal(err)
 			}
+			// The other tests' watchers read every namespace.
+			t.Cleanup(func() {
+				if err := f.c.Delete(context.Background(), cd); err != nil {
+					t.Error(err)
+				}
+			})
 			deadline := time.Now().Add(time.Minute)
 			for {
 				w.round(ctx)
