@@ -188,6 +188,10 @@ func httpClient(cfg Config) (*http.Client, error) {
 	if cfg.HTTPClient != nil {
 		return cfg.HTTPClient, nil
 	}
+	if len(cfg.CABundle) == 0 {
+		// Go's default transport: its idle connections are shared.
+		return &http.Client{Timeout: 30 * time.Second}, nil
+	}
 	t, err := sources.HTTPTransport(cfg.CABundle)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s: %w", cfg.Provider, caFrom(cfg.CAFrom), err)
