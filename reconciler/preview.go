@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/failure"
 	"github.com/capstan-dev/capstan/render"
 	"github.com/capstan-dev/capstan/sources"
 	"github.com/capstan-dev/capstan/sources/git"
@@ -99,19 +100,19 @@ func DiffOptionsFor(spec capstanv1.ClusterDeploymentSpec, live *capstanv1.Cluste
 	return opts
 }
 
-// GitAuth reads git credentials from the keys of a source's secretRef:
-// username and password (or a token) for https, identity and known_hosts
-// for ssh.
-func GitAuth(s *corev1.Secret) git.Auth {
+// GitAuth reads git credentials from the Secret of a source's secretRef
+// (git.AuthFromSecret: username and password or a token for https,
+// identity and known_hosts for ssh, ca.crt for a private CA). Its error
+// names the Secret and the key, never a value.
+func GitAuth(s *corev1.Secret) (git.Auth, error) {
 	if s == nil {
-		return git.Auth{}
+		return git.Auth{}, nil
 	}
-	return git.Auth{
-		Username:      string(s.Data["username"]),
-		Password:      string(s.Data["password"]),
-		SSHPrivateKey: s.Data["identity"],
-		SSHKnownHosts: s.Data["known_hosts"],
+	auth, err := git.AuthFromSecret(s.Data)
+	if err != nil {
+		return git.Auth{}, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.git.secretRef: Secret %s/%s: %w", s.Namespace, s.Name, err))
 	}
+	return auth, nil
 }
 
 // RefFetch says which ref of which repository FetchRef fetches.
@@ -124,13 +125,18 @@ type RefFetch struct {
 	// memory).
 	Limits   sources.Limits
 	CacheDir string
+	// Secret is the Secret Auth came from ("namespace/name"), for the
+	// hints of its errors; empty when there is none.
+	Secret string
 }
 
 // FetchRef fetches one ref of a repository through the normal git source,
 // e.g. the head of a pull request (forks included: the base repository
 // holds it). The caller removes the artifact (Artifact.Remove).
 func FetchRef(ctx context.Context, in RefFetch) (*sources.Artifact, error) {
-	src, err := git.New(git.Options{URL: in.URL, Ref: git.Ref{Name: in.Ref}, Auth: in.Auth, Limits: in.Limits, CacheDir: in.CacheDir})
+	opts := git.Options{URL: in.URL, Ref: git.Ref{Name: in.Ref}, Auth: in.Auth, Limits: in.Limits, CacheDir: in.CacheDir}
+	opts.CredentialsFrom.CA = sources.CAKeyOf("spec.source.git.secretRef", in.Secret)
+	src, err := git.New(opts)
 	if err != nil {
 		return nil, err
 	}

@@ -109,26 +109,28 @@ var _ report.Planner = (*prPlanner)(nil)
 // and dry-runs the plan against the deployment's cluster.
 func (p *prPlanner) PlanHead(ctx context.Context, cd *capstanv1.ClusterDeployment, ref string) (report.PlanResult, error) {
 	var res report.PlanResult
-	var url string
-	var auth git.Auth
+	c := p.r.sources
+	in := RefFetch{Ref: ref, Limits: c.limits, CacheDir: c.store.Dir()}
 	switch src := cd.Spec.Source; {
 	case src != nil && src.Git != nil:
-		url = src.Git.URL
+		in.URL = src.Git.URL
 		if sr := src.Git.SecretRef; sr != nil {
 			secret, err := p.r.readSecret(ctx, cd, "spec.source.git.secretRef", sr.Name)
 			if err != nil {
 				return res, err
 			}
-			auth = GitAuth(secret)
 			res.Secrets = append(res.Secrets, secret.Data)
+			if in.Auth, err = GitAuth(secret); err != nil {
+				return res, err
+			}
+			in.Secret = cd.Namespace + "/" + sr.Name
 		}
 	case src == nil && p.rootURL != "":
-		url, auth = p.rootURL, p.rootAuth
+		in.URL, in.Auth = p.rootURL, p.rootAuth
 	default:
 		return res, errors.New("the deployment reads no git repository")
 	}
-	c := p.r.sources
-	art, err := FetchRef(ctx, RefFetch{URL: url, Auth: auth, Ref: ref, Limits: c.limits, CacheDir: c.store.Dir()})
+	art, err := FetchRef(ctx, in)
 	if err != nil {
 		return res, err
 	}

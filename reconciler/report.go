@@ -45,8 +45,9 @@ type ReportOptions struct {
 	// "Capstan" and "capstan@localhost".
 	AuthorName, AuthorEmail string
 	// ForgeTransport, when set, carries the pull request watcher's
-	// requests to forges (the e2e tests count and break them); nil means
-	// Go's default transport.
+	// requests to forges (the e2e tests count and break them) as it is:
+	// the ca.crt of a token Secret is not added to it. nil means a
+	// transport that trusts the system roots and that ca.crt.
 	ForgeTransport http.RoundTripper
 }
 

@@ -422,23 +422,6 @@ func (r *Reconciler) sourceFor(ctx context.Context, cd *capstanv1.ClusterDeploym
 	return e, nil
 }
 
-// readSecret reads the Secret a source's secretRef names, from the
-// deployment's namespace.
-// It is read from the API at most once per secretTTL.
-func (r *Reconciler) readSecret(ctx context.Context, cd *capstanv1.ClusterDeployment, field, name string) (*corev1.Secret, error) {
-	key := client.ObjectKey{Namespace: cd.Namespace, Name: name}
-	if s, ok := r.sources.cachedSecret(key); ok {
-		return s, nil
-	}
-	secret := &corev1.Secret{}
-	if err := r.client.Get(ctx, key, secret); err != nil {
-		// Retried: creating the Secret, or granting its read, heals it.
-		return nil, failure.Retryable(ReasonSecretNotReadable, fmt.Errorf("%s: read Secret %s/%s: %w", field, cd.Namespace, name, err))
-	}
-	r.sources.keepSecret(secret)
-	return secret, nil
-}
-
 func (r *Reconciler) gitSourceFor(ctx context.Context, cd *capstanv1.ClusterDeployment, spec *capstanv1.GitSource) (*sourceEntry, error) {
 	gr := spec.Ref
 	opts := git.Options{URL: spec.URL, Ref: git.Ref{Branch: gr.Branch, Tag: gr.Tag, SemVer: gr.SemVer, Commit: gr.Commit, Name: gr.Name}}
@@ -451,12 +434,10 @@ func (r *Reconciler) gitSourceFor(ctx context.Context, cd *capstanv1.ClusterDepl
 		if err != nil {
 			return nil, err
 		}
-		opts.Auth = git.Auth{
-			Username:      string(secret.Data["username"]),
-			Password:      string(secret.Data["password"]),
-			SSHPrivateKey: secret.Data["identity"],
-			SSHKnownHosts: secret.Data["known_hosts"],
+		if opts.Auth, err = git.AuthFromSecret(secret.Data); err != nil {
+			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.git.secretRef: Secret %s/%s: %w", cd.Namespace, ref.Name, err))
 		}
+		opts.CredentialsFrom.CA = sources.CAKeyOf("spec.source.git.secretRef", cd.Namespace+"/"+ref.Name)
 		key += fmt.Sprintf("|%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
 	}
 	if v := spec.Verify; v != nil {
@@ -489,11 +470,6 @@ func (r *Reconciler) gitSourceFor(ctx context.Context, cd *capstanv1.ClusterDepl
 	})
 }
 
-// Keys of a Secret that may hold a docker config, in the order they are
-// tried: the one of a kubernetes.io/dockerconfigjson Secret, then a file
-// name people use with kubectl create secret generic --from-file.
-var dockerConfigKeys = []string{corev1.DockerConfigJsonKey, "config.json"}
-
 func (r *Reconciler) ociSourceFor(ctx context.Context, cd *capstanv1.ClusterDeployment, spec *capstanv1.OCISource) (*sourceEntry, error) {
 	opts := oci.Options{
 		URL:      spec.URL,
@@ -506,15 +482,8 @@ func (r *Reconciler) ociSourceFor(ctx context.Context, cd *capstanv1.ClusterDepl
 		if err != nil {
 			return nil, err
 		}
-		for _, k := range dockerConfigKeys {
-			if data := secret.Data[k]; len(data) > 0 {
-				opts.Auth.DockerConfig = data
-				break
-			}
-		}
-		if opts.Auth.DockerConfig == nil {
-			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.oci.secretRef: Secret %s/%s has no %s key: create it with kubectl create secret docker-registry",
-				cd.Namespace, ref.Name, strings.Join(dockerConfigKeys, " or ")))
+		if opts.Auth, err = ociAuthFromSecret(secret); err != nil {
+			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.oci.secretRef: Secret %s/%s: %w", cd.Namespace, ref.Name, err))
 		}
 		key += fmt.Sprintf("|%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
 	}

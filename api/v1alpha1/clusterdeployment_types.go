@@ -164,8 +164,9 @@ type PullRequestReport struct {
 	Repository string `json:"repository,omitempty"`
 
 	// SecretRef names a Secret in the deployment's namespace whose key
-	// `token` holds the forge token (scopes in docs/forges.md). The token
-	// is never written anywhere.
+	// `token` holds the forge token (scopes in docs/forges.md), and
+	// `ca.crt` the PEM CA of a forge with a private CA. The token is
+	// never written anywhere.
 	SecretRef LocalObjectReference `json:"secretRef"`
 
 	// StatusContext names the commit status on the merge commit, the
@@ -213,8 +214,8 @@ type GitStatusReport struct {
 
 	// SecretRef names a Secret in the deployment's namespace with
 	// credentials that may push: `username` and `password` (or a token)
-	// for https, `identity` and `known_hosts` for ssh. Defaults to
-	// spec.source.git.secretRef.
+	// and `ca.crt` (a private CA, PEM) for https, `identity` and
+	// `known_hosts` for ssh. Defaults to spec.source.git.secretRef.
 	// +optional
 	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
 }
@@ -314,7 +315,8 @@ type OCISource struct {
 
 	// SecretRef names a Secret in the deployment's namespace holding a
 	// docker config under `.dockerconfigjson` (a
-	// kubernetes.io/dockerconfigjson Secret) or `config.json`. Credential
+	// kubernetes.io/dockerconfigjson Secret) or `config.json`, and/or
+	// `ca.crt`, the PEM CA of a registry with a private CA. Credential
 	// helpers are not run.
 	// +optional
 	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
@@ -376,8 +378,9 @@ type GitSource struct {
 	Ref GitRef `json:"ref,omitempty"`
 
 	// SecretRef names a Secret in the deployment's namespace with the
-	// credentials: `username` and `password` (or a token as password) for
-	// https, `identity` and `known_hosts` for ssh.
+	// credentials: `username` and `password` (or a token as password) and
+	// `ca.crt` (a private CA, PEM) for https, `identity` and
+	// `known_hosts` for ssh.
 	// +optional
 	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
 

@@ -44,11 +44,11 @@ func (f *diffFlags) pullRequestPlan(ctx context.Context, c client.Client, t diff
 			return nil, err
 		}
 	}
-	token, err := f.forgeToken(ctx, c, cd, prs)
+	creds, err := f.forgeCredentials(ctx, c, cd, prs)
 	if err != nil {
 		return nil, err
 	}
-	fg, err := forge.New(forge.Config{Provider: forge.Provider(prs.Provider), BaseURL: prs.BaseURL, Token: token})
+	fg, err := forge.New(creds.Apply(forge.Config{Provider: forge.Provider(prs.Provider), BaseURL: prs.BaseURL}))
 	if err != nil {
 		return nil, err
 	}
@@ -69,15 +69,18 @@ func (f *diffFlags) pullRequestPlan(ctx context.Context, c client.Client, t diff
 	if pr == nil {
 		return nil, fmt.Errorf("--pr %d: no open pull request %d against branch %s of %s", f.pr, f.pr, branch, repo)
 	}
-	var auth git.Auth
+	in := reconciler.RefFetch{URL: src.Git.URL, Ref: pr.HeadFetchRef}
 	if ref := src.Git.SecretRef; ref != nil {
 		s := &corev1.Secret{}
 		if err := c.Get(ctx, types.NamespacedName{Namespace: cd.Namespace, Name: ref.Name}, s); err != nil {
 			return nil, fmt.Errorf("spec.source.git.secretRef: read Secret %s/%s: %w", cd.Namespace, ref.Name, err)
 		}
-		auth = reconciler.GitAuth(s)
+		if in.Auth, err = reconciler.GitAuth(s); err != nil {
+			return nil, err
+		}
+		in.Secret = cd.Namespace + "/" + ref.Name
 	}
-	art, err := reconciler.FetchRef(ctx, reconciler.RefFetch{URL: src.Git.URL, Auth: auth, Ref: pr.HeadFetchRef})
+	art, err := reconciler.FetchRef(ctx, in)
 	if err != nil {
 		return nil, err
 	}
@@ -86,15 +89,18 @@ func (f *diffFlags) pullRequestPlan(ctx context.Context, c client.Client, t diff
 	return reconciler.PlanTree(ctx, reconciler.PlanInput{FS: art.FS, Spec: t.spec, Live: cd, Render: render.DefaultOptions()})
 }
 
-// forgeToken reads the forge token from --token-env, else from the
-// deployment's Secret.
-func (f *diffFlags) forgeToken(ctx context.Context, c client.Client, cd *capstanv1.ClusterDeployment, prs *capstanv1.PullRequestReport) (string, error) {
-	if f.tokenEnv != "" {
-		token := strings.TrimSpace(os.Getenv(f.tokenEnv))
-		if token == "" {
-			return "", fmt.Errorf("--token-env %s: the variable is empty or not set", f.tokenEnv)
-		}
-		return token, nil
+// forgeCredentials reads the forge token from --token-env, else the token
+// and the CA (ca.crt) from the deployment's Secret. With --token-env the
+// Secret is not read at all (the user may not be allowed to): the system
+// roots are trusted, which SSL_CERT_FILE extends.
+func (f *diffFlags) forgeCredentials(ctx context.Context, c client.Client, cd *capstanv1.ClusterDeployment, prs *capstanv1.PullRequestReport) (forge.Credentials, error) {
+	secret := types.NamespacedName{Namespace: cd.Namespace, Name: prs.SecretRef.Name}
+	if f.tokenEnv == "" {
+		return forge.ReadCredentials(ctx, c, secret, capstanv1.DefaultForgeTokenKey)
 	}
-	return forge.ReadToken(ctx, c, types.NamespacedName{Namespace: cd.Namespace, Name: prs.SecretRef.Name}, capstanv1.DefaultForgeTokenKey)
+	token := strings.TrimSpace(os.Getenv(f.tokenEnv))
+	if token == "" {
+		return forge.Credentials{}, fmt.Errorf("--token-env %s: the variable is empty or not set", f.tokenEnv)
+	}
+	return forge.Credentials{Token: token}, nil
 }

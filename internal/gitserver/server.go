@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -33,10 +34,15 @@ type Options struct {
 	// Stderr receives what git http-backend and git daemon print on
 	// standard error (a test's debugging aid); nil discards it.
 	Stderr io.Writer
+	// TLSCertificate, when set, makes the server speak https with this
+	// certificate instead of plain http (a server whose CA a client must
+	// be told about, e.g. one from internal/testca).
+	TLSCertificate *tls.Certificate
 }
 
-// Server serves the bare repositories under one directory over HTTP (git
-// http-backend) and, once started, over git:// (git daemon) and ssh. It
+// Server serves the bare repositories under one directory over HTTP or
+// HTTPS (git http-backend) and, once started, over git:// (git daemon)
+// and ssh. It
 // counts the HTTP requests it serves so that tests can assert how much a
 // client talked to it. Close stops everything it started. Its methods may
 // be called from several goroutines, except StartDaemon and StartSSH, which
@@ -100,12 +106,17 @@ func New(dir string, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("listen for git http: %w", err)
 	}
 	s.url = "http://" + s.listener.Addr().String()
+	if c := opts.TLSCertificate; c != nil {
+		s.listener = tls.NewListener(s.listener, &tls.Config{Certificates: []tls.Certificate{*c}, MinVersion: tls.VersionTLS12})
+		s.url = "https://" + s.listener.Addr().String()
+	}
 	s.http = &http.Server{Handler: http.HandlerFunc(s.serveHTTP), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.http.Serve(s.listener) }()
 	return s, nil
 }
 
-// URL returns the server's base HTTP URL, e.g. "http://127.0.0.1:41234".
+// URL returns the server's base HTTP URL, e.g. "http://127.0.0.1:41234"
+// ("https://..." with Options.TLSCertificate).
 func (s *Server) URL() string { return s.url }
 
 // Dir returns the directory holding the bare repositories.

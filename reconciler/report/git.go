@@ -19,6 +19,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/storage/memory"
 
+	"github.com/capstan-dev/capstan/sources"
 	"github.com/capstan-dev/capstan/sources/git"
 )
 
@@ -27,6 +28,9 @@ import (
 type pushRequest struct {
 	url, branch string
 	auth        git.Auth
+	// caFrom names where auth's CA is set, for the hint of an untrusted
+	// certificate; empty names spec.report.gitStatus.secretRef.
+	caFrom      string
 	files       map[string][]byte
 	message     string
 	name, email string
@@ -70,6 +74,12 @@ func push(ctx context.Context, req pushRequest) (pushResult, error) {
 		err := pushOnce(ctx, req, auth, attempt, &res)
 		if err == nil {
 			return res, nil
+		}
+		if sources.IsUntrustedCertificate(err) {
+			if req.caFrom == "" {
+				req.caFrom = sources.CAKeyOf("spec.report.gitStatus.secretRef", "")
+			}
+			return res, fmt.Errorf("push status to %s branch %s: %s: %w", display, req.branch, sources.UntrustedCertificateHint(req.caFrom), err)
 		}
 		if !errors.Is(err, errRaced) || attempt >= req.retries {
 			return res, fmt.Errorf("push status to %s branch %s: %w", display, req.branch, err)

@@ -324,25 +324,24 @@ func (w *PullRequests) serve(ctx context.Context, g *group, st *groupState) time
 	return next
 }
 
-// forgeOf returns the group's forge client, reading the token of its
-// first member again once tokenTTL has passed.
+// forgeOf returns the group's forge client, reading the token (and the CA
+// of a forge with a private one) of its first member again once tokenTTL
+// has passed.
 func (w *PullRequests) forgeOf(ctx context.Context, g *group, st *groupState, now time.Time) (forge.Forge, error) {
 	cd := g.members[0]
 	secret := types.NamespacedName{Namespace: cd.Namespace, Name: cd.Spec.Report.PullRequests.SecretRef.Name}
 	if st.forge != nil && st.tokenFrom == secret && now.Sub(st.tokenRead) < tokenTTL {
 		return st.forge, nil
 	}
-	token, err := forge.ReadToken(ctx, w.client, secret, capstanv1.DefaultForgeTokenKey)
+	creds, err := forge.ReadCredentials(ctx, w.client, secret, capstanv1.DefaultForgeTokenKey)
 	if err != nil {
 		return nil, fmt.Errorf("ClusterDeployment %s/%s: spec.report.pullRequests.secretRef: %w", cd.Namespace, cd.Name, err)
 	}
-	cfg := g.cfg
-	cfg.Token = token
-	f, err := w.opts.NewForge(cfg)
+	f, err := w.opts.NewForge(creds.Apply(g.cfg))
 	if err != nil {
 		return nil, fmt.Errorf("ClusterDeployment %s/%s: spec.report.pullRequests: %w", cd.Namespace, cd.Name, err)
 	}
-	st.forge, st.token, st.tokenRead, st.tokenFrom = f, token, now, secret
+	st.forge, st.token, st.tokenRead, st.tokenFrom = f, creds.Token, now, secret
 	return f, nil
 }
 

@@ -284,7 +284,7 @@ func (r *Reporter) commit(ctx context.Context, b batch) {
 		summary = append(summary, fmt.Sprintf("%s/%s: %s", it.cd.Namespace, it.cd.Name, describe(f)))
 	}
 	res, err := push(ctx, pushRequest{
-		url: t.url, branch: t.branch, auth: t.auth, files: files, message: commitMessage(summary),
+		url: t.url, branch: t.branch, auth: t.auth, caFrom: t.caFrom, files: files, message: commitMessage(summary),
 		name: r.opts.AuthorName, email: r.opts.AuthorEmail, retries: r.opts.PushRetries, now: r.opts.Now,
 	})
 	r.metrics.raced(res.raced)

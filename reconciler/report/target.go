@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/sources"
 	"github.com/capstan-dev/capstan/sources/git"
 	"github.com/capstan-dev/capstan/sources/webhook"
 )
@@ -110,6 +111,7 @@ func sameRepo(a, b string) bool {
 type target struct {
 	address
 	auth     git.Auth
+	caFrom   string // where auth's CA is set, for hints
 	scrubber *scrubber
 }
 
@@ -156,13 +158,13 @@ func resolve(ctx context.Context, c client.Reader, b batch, root *Root) (*target
 		if err := c.Get(ctx, b.address.secret, s); err != nil {
 			return nil, fmt.Errorf("read the credentials of status commits, Secret %s: %w", b.address.secret, err)
 		}
-		t.auth = git.Auth{
-			Username:      string(s.Data["username"]),
-			Password:      string(s.Data["password"]),
-			SSHPrivateKey: s.Data["identity"],
-			SSHKnownHosts: s.Data["known_hosts"],
-		}
 		t.scrubber.add(s.Data)
+		auth, err := git.AuthFromSecret(s.Data)
+		if err != nil {
+			return nil, fmt.Errorf("read the credentials of status commits, Secret %s: %w", b.address.secret, err)
+		}
+		t.auth = auth
+		t.caFrom = sources.CAKeyOf("the credentials of status commits", b.address.secret.String())
 	}
 	seen := map[types.NamespacedName]bool{b.address.secret: true}
 	for _, it := range b.items {

@@ -79,6 +79,8 @@ func (s *Source) classify(op string, err error) error {
 	case knownhosts.IsHostUnknown(err):
 		return s.newError(op, sources.ErrAuth,
 			"the server's host key is not in "+s.creds.KnownHosts, err)
+	case sources.IsUntrustedCertificate(err):
+		return s.newError(op, sources.ErrAuth, sources.UntrustedCertificateHint(s.creds.CA), err)
 	case strings.Contains(err.Error(), "ssh: unable to authenticate"):
 		return s.newError(op, sources.ErrAuth,
 			"the server refused the ssh key: add its public key as a deploy key, or check "+s.creds.SSHKey, err)

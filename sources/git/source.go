@@ -57,6 +57,8 @@ type CredentialsFrom struct {
 	SSHKey string
 	// KnownHosts is where the server's ssh host keys are set.
 	KnownHosts string
+	// CA is where the CAs to trust for https are set.
+	CA string
 }
 
 // withDefaults fills the zero fields with the keys of
@@ -71,6 +73,9 @@ func (c CredentialsFrom) withDefaults() CredentialsFrom {
 	if c.KnownHosts == "" {
 		c.KnownHosts = "known_hosts in spec.source.git.secretRef"
 	}
+	if c.CA == "" {
+		c.CA = sources.CAKeyOf("spec.source.git.secretRef", "")
+	}
 	return c
 }
 
@@ -84,7 +89,8 @@ type Auth struct {
 	// Password or token for HTTP basic auth.
 	Password string
 	// CABundle is extra PEM certificates to trust for https, on top of the
-	// system pool.
+	// system pool (the ca.crt key of a Secret, AuthFromSecret). There is
+	// no option to skip verification: a private CA goes here.
 	CABundle []byte
 	// SSHPrivateKey is an unencrypted PEM private key (OpenSSH, PKCS#1,
 	// PKCS#8) for ssh URLs. Required for ssh.
@@ -141,6 +147,12 @@ func New(opts Options) (*Source, error) {
 	}
 	if s.auth, err = authMethod(ep, opts.Auth, s.creds); err != nil {
 		return nil, fmt.Errorf("git source %s: %w", display, err)
+	}
+	if len(opts.Auth.CABundle) > 0 {
+		// go-git drops what does not parse without a word.
+		if _, err := sources.CertPool(opts.Auth.CABundle); err != nil {
+			return nil, fmt.Errorf("git source %s: %w: %s: %w", display, sources.ErrInvalid, s.creds.CA, err)
+		}
 	}
 	if opts.Verify != nil {
 		if s.verify, err = newVerifier(opts.Verify); err != nil {

@@ -76,6 +76,9 @@ func (s *Source) classify(op string, what named, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return s.newError(op, what, nil, "", err)
 	}
+	if sources.IsUntrustedCertificate(err) {
+		return s.newError(op, what, sources.ErrAuth, sources.UntrustedCertificateHint(s.opts.Auth.caFrom()), err)
+	}
 	var terr *transport.Error
 	if !errors.As(err, &terr) {
 		return s.newError(op, what, sources.ErrUnavailable, "", err)

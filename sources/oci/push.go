@@ -46,7 +46,7 @@ type PushOptions struct {
 	// new revision for it.
 	Annotations map[string]string
 	// Transport is the HTTP transport; nil means a clone of
-	// http.DefaultTransport.
+	// http.DefaultTransport that trusts Auth.CABundle.
 	Transport http.RoundTripper
 }
 
@@ -84,7 +84,11 @@ func Push(ctx context.Context, url string, fsys fs.FS, opts PushOptions) (string
 	if err != nil {
 		return "", fmt.Errorf("push %s: %w", display, err)
 	}
-	ropts := append(remoteOptions(keychain, opts.Transport), remote.WithContext(ctx))
+	rt, err := opts.Auth.transport(opts.Transport)
+	if err != nil {
+		return "", fmt.Errorf("push %s: %w", display, err)
+	}
+	ropts := append(remoteOptions(keychain, rt), remote.WithContext(ctx))
 	if err := remote.Write(tag, img, ropts...); err != nil {
 		return "", fmt.Errorf("push %s:%s: %w", display, tagName, err)
 	}

@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log"
@@ -31,6 +32,18 @@ type testRegistry struct {
 // behind htpasswd does.
 func newTestRegistry(t testing.TB, user, password string) *testRegistry {
 	t.Helper()
+	return startRegistry(t, user, password, nil)
+}
+
+// newTLSRegistry starts a registry for one test that speaks https with
+// cfg (a certificate of a private CA), anonymous.
+func newTLSRegistry(t testing.TB, cfg *tls.Config) *testRegistry {
+	t.Helper()
+	return startRegistry(t, "", "", cfg)
+}
+
+func startRegistry(t testing.TB, user, password string, cfg *tls.Config) *testRegistry {
+	t.Helper()
 	r := &testRegistry{}
 	inner := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	handler := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -54,7 +67,14 @@ func newTestRegistry(t testing.TB, user, password string) *testRegistry {
 	r.srv = httptest.NewUnstartedServer(handler)
 	r.srv.Listener.Close()
 	r.srv.Listener = ln
-	r.srv.Start()
+	if cfg != nil {
+		// Clients refused by a test log handshake errors; they are expected.
+		r.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+		r.srv.TLS = cfg
+		r.srv.StartTLS()
+	} else {
+		r.srv.Start()
+	}
 	t.Cleanup(r.srv.Close)
 	r.Host = ln.Addr().String()
 	return r

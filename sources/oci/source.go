@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/Masterminds/semver/v3"
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -67,7 +66,8 @@ type Options struct {
 	// downloaded.
 	Verify *Verify
 	// Transport is the HTTP transport to use; nil means a clone of
-	// http.DefaultTransport. Tests and the CLI leave it nil.
+	// http.DefaultTransport that trusts Auth.CABundle. Tests and the CLI
+	// leave it nil.
 	Transport http.RoundTripper
 }
 
@@ -136,7 +136,11 @@ func New(opts Options) (*Source, error) {
 	if s.maxDown <= 0 {
 		s.maxDown = DefaultMaxDownloadBytes
 	}
-	s.puller, err = remote.NewPuller(remoteOptions(keychain, opts.Transport)...)
+	rt, err := opts.Auth.transport(opts.Transport)
+	if err != nil {
+		return nil, fmt.Errorf("oci source %s: %w", display, err)
+	}
+	s.puller, err = remote.NewPuller(remoteOptions(keychain, rt)...)
 	if err != nil {
 		return nil, fmt.Errorf("oci source %s: %w: %w", display, sources.ErrInvalid, err)
 	}
@@ -147,11 +151,6 @@ func New(opts Options) (*Source, error) {
 // retries are off: the reconciler retries with backoff, and a retry inside
 // a poll would multiply the requests an unchanged poll costs.
 func remoteOptions(keychain authn.Keychain, rt http.RoundTripper) []remote.Option {
-	if rt == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.ResponseHeaderTimeout = 30 * time.Second
-		rt = t
-	}
 	return []remote.Option{
 		remote.WithAuthFromKeychain(keychain),
 		remote.WithTransport(rt),

@@ -54,7 +54,7 @@ func newSigner(t *testing.T, ed bool) signer {
 // which is digest unless a test replays another artifact's signature) the
 // way `cosign sign --key` does: an image tagged sha256-<hex>.sig whose
 // layer is the simple-signing payload, signature in an annotation.
-func (s signer) sign(t *testing.T, reg *testRegistry, repo, digest, signedDigest string) {
+func (s signer) sign(t *testing.T, reg *testRegistry, repo, digest, signedDigest string, opts ...remote.Option) {
 	t.Helper()
 	payload := []byte(fmt.Sprintf(`{"critical":{"identity":{"docker-reference":"%s/%s"},"image":{"docker-manifest-digest":%q},"type":"cosign container image signature"},"optional":null}`,
 		reg.Host, repo, signedDigest))
@@ -82,7 +82,7 @@ func (s signer) sign(t *testing.T, reg *testRegistry, repo, digest, signedDigest
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.Write(tag, img); err != nil {
+	if err := remote.Write(tag, img, opts...); err != nil {
 		t.Fatal(err)
 	}
 }

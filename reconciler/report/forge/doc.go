@@ -7,8 +7,10 @@
 // the merge commit as the rollout goes.
 //
 // The package only talks to the forge: what the comment and the status say
-// is the reconciler's judgement. A provider takes a token string; ReadToken
-// reads it from a Secret. Errors name the forge, the repository, the pull
+// is the reconciler's judgement. A provider takes a token string and,
+// for a forge with a private CA, the CA's certificates (Config.CABundle,
+// trusted beside the system roots); ReadCredentials reads both from a
+// Secret. Errors name the forge, the repository, the pull
 // request or commit and what to check; the token never appears in them.
 // docs/forges.md describes the configuration and the token scopes.
 package forge

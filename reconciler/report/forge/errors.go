@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/capstan-dev/capstan/sources"
 )
 
 // Error is a failed forge request. It names the forge, what was being done
@@ -66,9 +68,13 @@ func (p base) failure(op, repo string, status int, scopes string, err error) err
 	if errors.As(err, &already) {
 		return err
 	}
+	h := hint(status, p.baseURL, scopes)
+	if status == 0 && sources.IsUntrustedCertificate(err) {
+		h = sources.UntrustedCertificateHint(p.caFrom)
+	}
 	return &Error{
 		Forge: p.provider, Op: op, Repository: repo, StatusCode: status,
-		Hint: hint(status, p.baseURL, scopes), Err: err, token: p.token,
+		Hint: h, Err: err, token: p.token,
 	}
 }
 
@@ -98,4 +104,5 @@ type base struct {
 	provider Provider
 	baseURL  string // as shown in errors
 	token    string
+	caFrom   string // where the CA bundle is set, for hints
 }

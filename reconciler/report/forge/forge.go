@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/capstan-dev/capstan/sources"
 )
 
 // Forge is what Capstan needs from a forge. Implementations are safe for
@@ -153,8 +155,17 @@ type Config struct {
 	// Token authenticates every request (a personal, project, app or bot
 	// token; docs/forges.md lists the scopes each forge needs).
 	Token string
+	// CABundle is PEM certificates of CAs to trust for the forge's https
+	// on top of the system roots (the ca.crt key of the token Secret,
+	// ReadCredentials). There is no option to skip verification: a
+	// private CA goes here.
+	CABundle []byte
+	// CAFrom names where CABundle is set, for the hint of an untrusted
+	// certificate; empty names ca.crt of spec.report.pullRequests.secretRef.
+	CAFrom string
 	// HTTPClient makes the requests; nil means a client with a
-	// 30-second timeout.
+	// 30-second timeout that trusts CABundle. A client given here is used
+	// as it is.
 	HTTPClient *http.Client
 }
 
@@ -171,11 +182,28 @@ func New(cfg Config) (Forge, error) {
 	return nil, fmt.Errorf("forge provider %q: must be one of github, gitea, gitlab", cfg.Provider)
 }
 
-func httpClient(cfg Config) *http.Client {
+// httpClient returns cfg.HTTPClient, or a client with a timeout that
+// trusts cfg.CABundle beside the system roots.
+func httpClient(cfg Config) (*http.Client, error) {
 	if cfg.HTTPClient != nil {
-		return cfg.HTTPClient
+		return cfg.HTTPClient, nil
 	}
-	return &http.Client{Timeout: 30 * time.Second}
+	if len(cfg.CABundle) == 0 {
+		// Go's default transport: its idle connections are shared.
+		return &http.Client{Timeout: 30 * time.Second}, nil
+	}
+	t, err := sources.HTTPTransport(cfg.CABundle)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s: %w", cfg.Provider, caFrom(cfg.CAFrom), err)
+	}
+	return &http.Client{Transport: t, Timeout: 30 * time.Second}, nil
+}
+
+func caFrom(from string) string {
+	if from == "" {
+		return sources.CAKeyOf("spec.report.pullRequests.secretRef", "")
+	}
+	return from
 }
 
 // markerKey is what a marker key may hold: it ends up inside an HTML

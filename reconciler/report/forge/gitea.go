@@ -38,9 +38,13 @@ func NewGitea(cfg Config) (*Gitea, error) {
 	if cfg.Token == "" {
 		return nil, errors.New("gitea: a token is required")
 	}
+	hc, err := httpClient(cfg)
+	if err != nil {
+		return nil, err
+	}
 	return &Gitea{
-		base: base{provider: ProviderGitea, baseURL: strings.TrimSuffix(cfg.BaseURL, "/"), token: cfg.Token},
-		http: httpClient(cfg),
+		base: base{provider: ProviderGitea, baseURL: strings.TrimSuffix(cfg.BaseURL, "/"), token: cfg.Token, caFrom: caFrom(cfg.CAFrom)},
+		http: hc,
 	}, nil
 }
 

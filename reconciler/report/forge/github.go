@@ -36,11 +36,15 @@ func NewGitHub(cfg Config) (*GitHub, error) {
 	if cfg.Token == "" {
 		return nil, errors.New("github: a token is required")
 	}
-	c := github.NewClient(httpClient(cfg)).WithAuthToken(cfg.Token)
+	hc, err := httpClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := github.NewClient(hc).WithAuthToken(cfg.Token)
 	shown := "https://api.github.com"
 	if cfg.BaseURL != "" {
-		u, err := url.Parse(cfg.BaseURL)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		u, perr := url.Parse(cfg.BaseURL)
+		if perr != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 			return nil, fmt.Errorf("github: base URL %q: must be an http(s) URL such as https://github.example.com", cfg.BaseURL)
 		}
 		// The API of a GitHub Enterprise Server lives under /api/v3/,
@@ -51,7 +55,7 @@ func NewGitHub(cfg Config) (*GitHub, error) {
 		shown = strings.TrimSuffix(c.BaseURL.String(), "/")
 	}
 	c.UserAgent = "capstan"
-	return &GitHub{base: base{provider: ProviderGitHub, baseURL: shown, token: cfg.Token}, client: c}, nil
+	return &GitHub{base: base{provider: ProviderGitHub, baseURL: shown, token: cfg.Token, caFrom: caFrom(cfg.CAFrom)}, client: c}, nil
 }
 
 func githubStatus(resp *github.Response) int {

@@ -38,8 +38,12 @@ func NewGitLab(cfg Config) (*GitLab, error) {
 	if cfg.Token == "" {
 		return nil, errors.New("gitlab: a token is required")
 	}
+	hc, err := httpClient(cfg)
+	if err != nil {
+		return nil, err
+	}
 	opts := []gitlab.ClientOptionFunc{
-		gitlab.WithHTTPClient(httpClient(cfg)),
+		gitlab.WithHTTPClient(hc),
 		gitlab.WithUserAgent("capstan"),
 		// The reporter retries with backoff and knows when to stop
 		// (Error.Retryable); the client's own retries would hide that.
@@ -59,7 +63,7 @@ func NewGitLab(cfg Config) (*GitLab, error) {
 	}
 	api := strings.TrimSuffix(c.BaseURL().String(), "/")
 	return &GitLab{
-		base:   base{provider: ProviderGitLab, baseURL: api, token: cfg.Token},
+		base:   base{provider: ProviderGitLab, baseURL: api, token: cfg.Token, caFrom: caFrom(cfg.CAFrom)},
 		client: c,
 		webURL: strings.TrimSuffix(api, "/api/v4"),
 	}, nil

@@ -38,7 +38,7 @@ func controlPlane(t *testing.T) *testenv.Env {
 	return env
 }
 
-func TestReadToken(t *testing.T) {
+func TestReadCredentials(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	e := controlPlane(t)
@@ -58,9 +58,9 @@ func TestReadToken(t *testing.T) {
 	}
 	key := types.NamespacedName{Namespace: ns, Name: "forge"}
 
-	got, err := ReadToken(ctx, c, key, "")
-	if err != nil || got != plantedToken {
-		t.Errorf("ReadToken(default key) = %q, %v; want the token without its newline", got, err)
+	got, err := ReadCredentials(ctx, c, key, "")
+	if err != nil || got.Token != plantedToken || got.CABundle != nil {
+		t.Errorf("ReadCredentials(default key) = %q, %v; want the token without its newline and no CA", got.Token, err)
 	}
 	for _, tc := range []struct {
 		name, secret, key, want string
@@ -70,7 +70,7 @@ func TestReadToken(t *testing.T) {
 		{"a missing Secret names it", "absent", "", `Secret ` + ns + `/absent`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ReadToken(ctx, c, types.NamespacedName{Namespace: ns, Name: tc.secret}, tc.key)
+			_, err := ReadCredentials(ctx, c, types.NamespacedName{Namespace: ns, Name: tc.secret}, tc.key)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), plantedToken) {
 				t.Errorf("error %v, want one containing %q and not the token", err, tc.want)
 			}
