@@ -50,6 +50,7 @@ var rootCredentials = git.CredentialsFrom{
 	HTTP:       "--source-username and $CAPSTAN_SOURCE_PASSWORD of capstan run (the root source)",
 	SSHKey:     "--source-ssh-key-file of capstan run (the root source)",
 	KnownHosts: "--source-known-hosts-file of capstan run (the root source)",
+	CA:         "--source-ca-file of capstan run (the root source)",
 }
 
 // rootSource is a manager runnable that keeps the set of ClusterDeployments

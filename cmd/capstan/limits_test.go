@@ -1,10 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
+
+	"github.com/capstan-dev/capstan/internal/testca"
+	"github.com/capstan-dev/capstan/reconciler"
 )
 
 // The limit flags of `capstan run` take byte counts the way the errors
@@ -66,5 +72,33 @@ func TestRunRefusesABadDefaultServiceAccount(t *testing.T) {
 	_, err := runCapstan(t, "run", "--default-service-account", "Team_A")
 	if err == nil || !strings.Contains(err.Error(), `--default-service-account "Team_A" is not a ServiceAccount name`) {
 		t.Fatalf("capstan run --default-service-account Team_A: %v, want the name refused", err)
+	}
+}
+
+// --source-ca-file gives the root source the CAs to trust for https; a
+// file that holds no certificate is refused before the daemon starts,
+// naming the flag and the file.
+func TestRootSourceCAFile(t *testing.T) {
+	ca, err := testca.New("root source CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "garbage.pem")
+	if err := os.WriteFile(good, ca.PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := rootFlags{url: "https://git.example.com/fleet.git", caFile: good}
+	opts, err := f.options(reconciler.ArtifactOptions{})
+	if err != nil || !bytes.Equal(opts.Auth.CABundle, ca.PEM) {
+		t.Fatalf("--source-ca-file %s: CA bundle %q, %v; want the file's certificate", good, opts.Auth.CABundle, err)
+	}
+	f.caFile = bad
+	if _, err := f.options(reconciler.ArtifactOptions{}); err == nil || !strings.Contains(err.Error(), "--source-ca-file "+bad) ||
+		!strings.Contains(err.Error(), "no PEM certificate") {
+		t.Errorf("--source-ca-file with no certificate: %v, want it refused naming the flag, the file and what it lacks", err)
 	}
 }

@@ -57,6 +57,7 @@ type rootFlags struct {
 	interval                     time.Duration
 	username                     string
 	sshKeyFile, knownHostsFile   string
+	caFile                       string
 }
 
 func (f *rootFlags) BindFlags(fs *pflag.FlagSet) {
@@ -69,6 +70,7 @@ func (f *rootFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.username, "source-username", "", "user for https; the password or token is read from $CAPSTAN_SOURCE_PASSWORD")
 	fs.StringVar(&f.sshKeyFile, "source-ssh-key-file", "", "private key file for an ssh root source")
 	fs.StringVar(&f.knownHostsFile, "source-known-hosts-file", "", "known_hosts file for an ssh root source")
+	fs.StringVar(&f.caFile, "source-ca-file", "", "PEM file of the CAs to trust for an https root source, on top of the system roots (a private CA)")
 }
 
 func (f *rootFlags) options(limits reconciler.ArtifactOptions) (*reconciler.RootOptions, error) {
@@ -101,6 +103,14 @@ func (f *rootFlags) options(limits reconciler.ArtifactOptions) (*reconciler.Root
 	if f.knownHostsFile != "" {
 		if auth.SSHKnownHosts, err = os.ReadFile(f.knownHostsFile); err != nil {
 			return nil, fmt.Errorf("--source-known-hosts-file: %w", err)
+		}
+	}
+	if f.caFile != "" {
+		if auth.CABundle, err = os.ReadFile(f.caFile); err != nil {
+			return nil, fmt.Errorf("--source-ca-file: %w", err)
+		}
+		if _, err := sources.CertPool(auth.CABundle); err != nil {
+			return nil, fmt.Errorf("--source-ca-file %s: %w", f.caFile, err)
 		}
 	}
 	return &reconciler.RootOptions{
