@@ -2,7 +2,6 @@ package report
 
 import (
 	"context"
-	"errors"
 	"os/exec"
 	"strings"
 	"testing"
@@ -11,8 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -32,14 +29,7 @@ type caFixture struct {
 func newCAFixture(t *testing.T, ctx context.Context) *caFixture {
 	t.Helper()
 	e, _ := controlPlaneAndGitea(t)
-	sch := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(sch), capstanv1.AddToScheme(sch)); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(e.Config, client.Options{Scheme: sch})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := kubeClient(t, e)
 	ns, err := e.CreateNamespace(ctx, "private-ca")
 	if err != nil {
 		t.Fatal(err)

@@ -117,8 +117,9 @@ type restartFixture struct {
 	diff *stages.PlanDiff
 }
 
-func newRestartFixture(t *testing.T, ctx context.Context) *restartFixture {
-	e, s := controlPlaneAndGitea(t)
+// kubeClient is a client of e that knows Capstan's kinds.
+func kubeClient(t *testing.T, e *testenv.Env) client.Client {
+	t.Helper()
 	sch := runtime.NewScheme()
 	if err := errors.Join(clientgoscheme.AddToScheme(sch), capstanv1.AddToScheme(sch)); err != nil {
 		t.Fatal(err)
@@ -127,6 +128,12 @@ func newRestartFixture(t *testing.T, ctx context.Context) *restartFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+func newRestartFixture(t *testing.T, ctx context.Context) *restartFixture {
+	e, s := controlPlaneAndGitea(t)
+	c := kubeClient(t, e)
 	ns, err := e.CreateNamespace(ctx, "pr-restart")
 	if err != nil {
 		t.Fatal(err)
