@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/pem"
+	"fmt"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
@@ -175,6 +176,9 @@ func assertDriftCorrected(t *testing.T, d driftRun) {
 	if n := appliesTo(api, ns, "configmaps", "edited") - edited; n != 1 {
 		t.Errorf("the edited ConfigMap was applied %d times, want 1", n)
 	}
+	// A correction is counted after its apply answered: the restored
+	// object may show before the count.
+	waitFor(t, "two corrections counted", func() (bool, error) { return driftCount(t, d.reg, ns, "owned", "corrected") >= 2, nil })
 	if n := driftCount(t, d.reg, ns, "owned", "corrected"); n != 2 {
 		t.Errorf("capstan_drift_corrections_total{action=corrected} = %v, want 2", n)
 	}
@@ -388,9 +392,12 @@ func TestDriftWhileALaterStageWaitsIsCorrectedAtReady(t *testing.T) {
 	if n := appliesTo(api, ns, "configmaps", "early") - applies; n != 1 {
 		t.Errorf("the ConfigMap was applied %d times after the edit, want 1 (the correction)", n)
 	}
-	if msg := eventMessages(t, c, ns, "owned", "DriftCorrected"); !strings.Contains(msg, "ConfigMap/"+ns+"/early") || !strings.Contains(msg, "(.data.gone) was removed") {
-		t.Errorf("DriftCorrected event %q does not say that .data.gone of early was removed", msg)
-	}
+	// The event is recorded after the apply answered, and the correction
+	// counted before it: the restored key shows neither.
+	waitFor(t, "a DriftCorrected event saying that .data.gone of early was removed", func() (bool, error) {
+		msg := eventMessages(t, c, ns, "owned", "DriftCorrected")
+		return strings.Contains(msg, "ConfigMap/"+ns+"/early") && strings.Contains(msg, "(.data.gone) was removed"), fmt.Errorf("DriftCorrected events %q", msg)
+	})
 	if n := driftCount(t, reg, ns, "owned", "corrected"); n != 1 {
 		t.Errorf("capstan_drift_corrections_total{action=corrected} = %v, want 1", n)
 	}
@@ -455,9 +462,11 @@ func TestDriftWhileNoCapstanRanIsFoundAtStart(t *testing.T) {
 	if n := driftCount(t, reg, ns, "owned", "corrected"); n != 3 {
 		t.Errorf("capstan_drift_corrections_total{action=corrected} = %v, want 3", n)
 	}
-	if msg := eventMessages(t, c, ns, "owned", "DriftCorrected"); !strings.Contains(msg, "while no Capstan watched it") {
-		t.Errorf("DriftCorrected events %q do not say the change happened while no Capstan watched", msg)
-	}
+	// Each event is recorded after its correction is counted.
+	waitFor(t, "a DriftCorrected event saying the change happened while no Capstan watched", func() (bool, error) {
+		msg := eventMessages(t, c, ns, "owned", "DriftCorrected")
+		return strings.Contains(msg, "while no Capstan watched it"), fmt.Errorf("DriftCorrected events %q", msg)
+	})
 
 	// Looked at once: from now on, nothing changed costs nothing.
 	requests := api.all()
