@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/pem"
+	"fmt"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
@@ -175,12 +176,18 @@ func assertDriftCorrected(t *testing.T, d driftRun) {
 	if n := appliesTo(api, ns, "configmaps", "edited") - edited; n != 1 {
 		t.Errorf("the edited ConfigMap was applied %d times, want 1", n)
 	}
+	// A correction is counted after its apply answered: the restored
+	// object may show before the count.
+	waitFor(t, "two corrections counted", func() (bool, error) { return driftCount(t, d.reg, ns, "owned", "corrected") >= 2, nil })
 	if n := driftCount(t, d.reg, ns, "owned", "corrected"); n != 2 {
 		t.Errorf("capstan_drift_corrections_total{action=corrected} = %v, want 2", n)
 	}
 	// Events of one reason on one object fold into one series; its note
-	// is the first one's.
-	waitFor(t, "a DriftCorrected event", func() (bool, error) { return eventReasons(t, d.client, ns, "owned")["DriftCorrected"] > 0, nil })
+	// is the first one's. The second correction's event writes the
+	// series: wait for it, as the requests counted next would see it.
+	waitFor(t, "both DriftCorrected events recorded", func() (bool, error) {
+		return eventOccurrences(t, d.client, ns, "owned", "DriftCorrected") >= 2, nil
+	})
 	if msg, want := eventMessages(t, d.client, ns, "owned", "DriftCorrected"), "ConfigMap/"+ns+"/deleted was deleted"+d.where+";"; !strings.Contains(msg, want) {
 		t.Errorf("DriftCorrected event %q does not say %q", msg, want)
 	}
@@ -388,9 +395,12 @@ func TestDriftWhileALaterStageWaitsIsCorrectedAtReady(t *testing.T) {
 	if n := appliesTo(api, ns, "configmaps", "early") - applies; n != 1 {
 		t.Errorf("the ConfigMap was applied %d times after the edit, want 1 (the correction)", n)
 	}
-	if msg := eventMessages(t, c, ns, "owned", "DriftCorrected"); !strings.Contains(msg, "ConfigMap/"+ns+"/early") || !strings.Contains(msg, "(.data.gone) was removed") {
-		t.Errorf("DriftCorrected event %q does not say that .data.gone of early was removed", msg)
-	}
+	// The event is recorded after the apply answered, and the correction
+	// counted before it: the restored key shows neither.
+	waitFor(t, "a DriftCorrected event saying that .data.gone of early was removed", func() (bool, error) {
+		msg := eventMessages(t, c, ns, "owned", "DriftCorrected")
+		return strings.Contains(msg, "ConfigMap/"+ns+"/early") && strings.Contains(msg, "(.data.gone) was removed"), fmt.Errorf("DriftCorrected events %q", msg)
+	})
 	if n := driftCount(t, reg, ns, "owned", "corrected"); n != 1 {
 		t.Errorf("capstan_drift_corrections_total{action=corrected} = %v, want 1", n)
 	}
@@ -455,6 +465,13 @@ func TestDriftWhileNoCapstanRanIsFoundAtStart(t *testing.T) {
 	if n := driftCount(t, reg, ns, "owned", "corrected"); n != 3 {
 		t.Errorf("capstan_drift_corrections_total{action=corrected} = %v, want 3", n)
 	}
+	// Each event is recorded after its correction is counted; the second
+	// one writes the series of the first (then they are folded until a
+	// refresh every half hour): wait for it, as the requests counted next
+	// would see it.
+	waitFor(t, "the DriftCorrected events recorded", func() (bool, error) {
+		return eventOccurrences(t, c, ns, "owned", "DriftCorrected") >= 2, nil
+	})
 	if msg := eventMessages(t, c, ns, "owned", "DriftCorrected"); !strings.Contains(msg, "while no Capstan watched it") {
 		t.Errorf("DriftCorrected events %q do not say the change happened while no Capstan watched", msg)
 	}

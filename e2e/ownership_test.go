@@ -277,6 +277,31 @@ func driftCount(t testing.TB, reg *prometheus.Registry, ns, name, action string)
 	return metricValue(t, reg, "capstan_drift_corrections_total", map[string]string{"namespace": ns, "cluster": name, "action": action}, 0)
 }
 
+// eventOccurrences counts how often events of reason on deployment name
+// were recorded as the API server has them: an event repeated with the
+// same regarding object folds into the first one's series, whose count
+// the recorder writes at the second occurrence (an update, after the
+// create) and then only every half hour.
+func eventOccurrences(t testing.TB, c client.Client, ns, name, reason string) int {
+	t.Helper()
+	list := &eventsv1.EventList{}
+	if err := c.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range list.Items {
+		if e.Regarding.Name != name || e.Reason != reason {
+			continue
+		}
+		if e.Series != nil {
+			n += int(e.Series.Count)
+		} else {
+			n++
+		}
+	}
+	return n
+}
+
 func eventMessages(t testing.TB, c client.Client, ns, name, reason string) string {
 	t.Helper()
 	list := &eventsv1.EventList{}

@@ -190,6 +190,12 @@ func TestNewCommitIsAppliedAndUnchangedRemoteIsANoop(t *testing.T) {
 		t.Fatalf("app-config version = %v after the new commit, want 2: %s", v, describe(cd))
 	}
 
+	// The Ready event is recorded after the status says Ready: its write
+	// would count among the requests below.
+	waitFor(t, "the Ready event of the new revision", func() (bool, error) {
+		return strings.Contains(eventMessages(t, c, ns, "two", "Ready"), second), nil
+	})
+
 	// Nothing moves: polls cost one ls-remote each, and no render, no fetch,
 	// no API request at all (the deployment comes from the informer cache,
 	// the credentials from the source cache).

@@ -287,13 +287,20 @@ func TestDiffPlanObjectsOfDefinitionsInThePlan(t *testing.T) {
 	c, _ := newClient(t)
 	e := stages.NewExecutor(c)
 	nsName := fmt.Sprintf("diff-new-%d", time.Now().UnixNano())
+	// A group of its own: another test of the package applies gadgets.yaml
+	// as it is, and a CRD outlives its test.
+	group := nsName + ".test.capstan.dev"
 	var crd *unstructured.Unstructured
 	for _, obj := range loadObjects(t, "gadgets.yaml", "") {
 		if obj.GetKind() == "CustomResourceDefinition" {
 			crd = obj
+			crd.SetName("gadgets." + group)
+			if err := unstructured.SetNestedField(crd.Object, group, "spec", "group"); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	gadget := object("test.capstan.dev/v1alpha1", "Gadget", nsName, "g")
+	gadget := object(group+"/v1alpha1", "Gadget", nsName, "g")
 	plan, err := stages.BuildPlan([]capstanv1.StageSpec{
 		{Name: "All", Action: capstanv1.StageActionApply, Select: capstanv1.Selector{Kinds: []string{"*"}}},
 	}, []*unstructured.Unstructured{object("v1", "Namespace", "", nsName), crd, gadget, configMap(nsName, "cm", nil)})

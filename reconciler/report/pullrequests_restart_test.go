@@ -165,6 +165,14 @@ func newRestartFixture(t *testing.T, ctx context.Context) *restartFixture {
 	if err := c.Create(ctx, cd); err != nil {
 		t.Fatal(err)
 	}
+	// A watcher serves every deployment of the cluster: one left behind
+	// would have the watchers of later tests plan and read its pull
+	// requests too, and spoil their counts.
+	t.Cleanup(func() {
+		if err := c.Delete(context.Background(), cd); err != nil {
+			t.Errorf("delete ClusterDeployment %s/%s: %v", cd.Namespace, cd.Name, err)
+		}
+	})
 	return &restartFixture{t: t, c: c, s: s, repo: repo, key: client.ObjectKeyFromObject(cd), diff: planFixture(t, "shop.json")}
 }
 

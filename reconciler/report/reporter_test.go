@@ -112,7 +112,10 @@ func TestReporterCoalescesTransitions(t *testing.T) {
 	if len(times) >= 40 {
 		t.Errorf("40 statuses made %d commits", len(times))
 	}
-	if got := counterValue(t, r.metrics.commits.WithLabelValues(resultCommitted)); int(got) != len(times) {
+	// The branch shows a commit before its push returns and is counted.
+	committed := r.metrics.commits.WithLabelValues(resultCommitted)
+	waitCounter(t, committed, float64(len(times)), "every commit of the branch counted")
+	if got := counterValue(t, committed); int(got) != len(times) {
 		t.Errorf("%s{result=committed} = %v, want %d", CommitsTotal, got, len(times))
 	}
 	t.Logf("40 statuses over 2s: %d commits", len(times))
@@ -174,13 +177,7 @@ func TestReporterRefusesABranchSomeoneReads(t *testing.T) {
 	again := cd("self", "capstan/reads", "capstan/reads")
 	again.Status.CurrentStage = "Stage2"
 	r.Notify(again)
-	deadline := time.Now().Add(time.Minute)
-	for counterValue(t, r.metrics.commits.WithLabelValues(resultRejected)) < 4 {
-		if time.Now().After(deadline) {
-			t.Fatal("a second status of a refused deployment was not refused within a minute")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitCounter(t, r.metrics.commits.WithLabelValues(resultRejected), 4, "a second status of a refused deployment refused")
 	select {
 	case e := <-rec.Events:
 		t.Errorf("a second event at the same generation: %q", e)
@@ -210,6 +207,18 @@ func gitTry(repo string, args ...string) (string, error) {
 		return string(out), fmt.Errorf("git %s: %w", strings.Join(args, " "), err)
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// waitCounter waits up to a minute until c counts at least n.
+func waitCounter(t *testing.T, c prometheus.Counter, n float64, what string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for counterValue(t, c) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after a minute waiting for %s (%v counted, want %v)", what, counterValue(t, c), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func counterValue(t *testing.T, c prometheus.Counter) float64 {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,11 +54,19 @@ func realGitea(t *testing.T) *giteaserver.Server {
 	return giteaSrv
 }
 
+// runs numbers the runs of the tests in this process: the names of
+// repositories and tokens are unique on the package's Gitea, and a test
+// run again (-count) must not meet the ones of its earlier run.
+var runs atomic.Int64
+
+// uniqueName is name with the number of this run.
+func uniqueName(name string) string { return fmt.Sprintf("%s-%d", name, runs.Add(1)) }
+
 // giteaRepo creates a repository on the real Gitea with an open pull
 // request from branch "bump" into main, and one into "release".
 func giteaRepo(t *testing.T, ctx context.Context, s *giteaserver.Server, name string) (giteaserver.Repo, giteaserver.PullRequest) {
 	t.Helper()
-	repo, err := s.CreateRepo(ctx, name)
+	repo, err := s.CreateRepo(ctx, uniqueName(name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +96,7 @@ func TestGiteaAgainstRealServer(t *testing.T) {
 	defer cancel()
 	s := realGitea(t)
 	repo, pr := giteaRepo(t, ctx, s, "infra")
-	token, err := s.NewToken(ctx, "capstan", "write:issue", "write:repository")
+	token, err := s.NewToken(ctx, uniqueName("capstan"), "write:issue", "write:repository")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +206,7 @@ func TestGiteaErrorsAgainstRealServer(t *testing.T) {
 	_, err = planted.UpsertComment(ctx, repo.String(), pr.Number, "plan", "x")
 	assertForgeError(t, err, plantedToken, []string{"gitea", fmt.Sprintf("comment on pull request %d of %s", pr.Number, repo), "401", "check that the Secret holds a valid"})
 
-	readOnly, err := s.NewToken(ctx, "read-only", "read:repository", "read:issue")
+	readOnly, err := s.NewToken(ctx, uniqueName("read-only"), "read:repository", "read:issue")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ func TestGiteaWithPrivateCA(t *testing.T) {
 	defer cancel()
 	s := realGitea(t)
 	repo, pr := giteaRepo(t, ctx, s, "private-ca")
-	token, err := s.NewToken(ctx, "private-ca", "write:issue", "write:repository")
+	token, err := s.NewToken(ctx, uniqueName("private-ca"), "write:issue", "write:repository")
 	if err != nil {
 		t.Fatal(err)
 	}
