@@ -248,3 +248,18 @@ func TestPullRequestsTrustTheCAOfTheTokenSecret(t *testing.T) {
 		})
 	}
 }
+
+// Status commits to the root repository use the root source's
+// credentials: an untrusted certificate there points at capstan run's
+// --source-ca-file, the one place the root's CA can be set, not at a
+// Secret the root source does not have.
+func TestRootStatusCommitsNameTheSourceCAFile(t *testing.T) {
+	tgt, err := resolve(testContext(t), nil, batch{address: address{url: "https://git.example/fleet.git", branch: "capstan/status", root: true}},
+		&Root{URL: "https://git.example/fleet.git", Branch: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(tgt.caFrom, "--source-ca-file") {
+		t.Errorf("the hint for the root's certificate names %q, want --source-ca-file", tgt.caFrom)
+	}
+}

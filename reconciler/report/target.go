@@ -153,6 +153,7 @@ func resolve(ctx context.Context, c client.Reader, b batch, root *Root) (*target
 	switch {
 	case b.address.root && root != nil:
 		t.auth = root.Auth
+		t.caFrom = "a PEM file named by --source-ca-file of capstan run (the root source's credentials)"
 	case b.address.secret.Name != "":
 		s := &corev1.Secret{}
 		if err := c.Get(ctx, b.address.secret, s); err != nil {
