@@ -50,7 +50,7 @@ var rootCredentials = git.CredentialsFrom{
 	HTTP:       "--source-username and $CAPSTAN_SOURCE_PASSWORD of capstan run (the root source)",
 	SSHKey:     "--source-ssh-key-file of capstan run (the root source)",
 	KnownHosts: "--source-known-hosts-file of capstan run (the root source)",
-	CA:         "--source-ca-file of capstan run (the root source)",
+	CA:         "--source-ca-file or $CAPSTAN_SOURCE_CA of capstan run (the root source; installed: key CAPSTAN_SOURCE_CA of Secret capstan-secrets)",
 }
 
 // rootSource is a manager runnable that keeps the set of ClusterDeployments

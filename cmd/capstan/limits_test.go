@@ -101,4 +101,16 @@ func TestRootSourceCAFile(t *testing.T) {
 		!strings.Contains(err.Error(), "no PEM certificate") {
 		t.Errorf("--source-ca-file with no certificate: %v, want it refused naming the flag, the file and what it lacks", err)
 	}
+
+	// Installed, the PEM comes from Secret capstan-secrets through the
+	// environment.
+	f.caFile = ""
+	t.Setenv(sourceCAEnv, string(ca.PEM))
+	if opts, err := f.options(reconciler.ArtifactOptions{}); err != nil || !bytes.Equal(opts.Auth.CABundle, ca.PEM) {
+		t.Errorf("$%s: CA bundle %q, %v; want its certificate", sourceCAEnv, opts.Auth.CABundle, err)
+	}
+	t.Setenv(sourceCAEnv, "not a certificate")
+	if _, err := f.options(reconciler.ArtifactOptions{}); err == nil || !strings.Contains(err.Error(), "$"+sourceCAEnv) {
+		t.Errorf("$%s with no certificate: %v, want it refused naming the variable", sourceCAEnv, err)
+	}
 }

@@ -70,8 +70,12 @@ func (f *rootFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.username, "source-username", "", "user for https; the password or token is read from $CAPSTAN_SOURCE_PASSWORD")
 	fs.StringVar(&f.sshKeyFile, "source-ssh-key-file", "", "private key file for an ssh root source")
 	fs.StringVar(&f.knownHostsFile, "source-known-hosts-file", "", "known_hosts file for an ssh root source")
-	fs.StringVar(&f.caFile, "source-ca-file", "", "PEM file of the CAs to trust for an https root source, on top of the system roots (a private CA)")
+	fs.StringVar(&f.caFile, "source-ca-file", "", "PEM file of the CAs to trust for an https root source, on top of the system roots (a private CA); else the PEM in $CAPSTAN_SOURCE_CA")
 }
+
+// sourceCAEnv holds the PEM of the root source's CAs when no
+// --source-ca-file is given.
+const sourceCAEnv = "CAPSTAN_SOURCE_CA"
 
 func (f *rootFlags) options(limits reconciler.ArtifactOptions) (*reconciler.RootOptions, error) {
 	if f.dir != "" {
@@ -105,12 +109,19 @@ func (f *rootFlags) options(limits reconciler.ArtifactOptions) (*reconciler.Root
 			return nil, fmt.Errorf("--source-known-hosts-file: %w", err)
 		}
 	}
+	caFrom := "--source-ca-file " + f.caFile
 	if f.caFile != "" {
 		if auth.CABundle, err = os.ReadFile(f.caFile); err != nil {
 			return nil, fmt.Errorf("--source-ca-file: %w", err)
 		}
+	} else if pem := os.Getenv(sourceCAEnv); pem != "" {
+		// What the install manifests give: a key of Secret
+		// capstan-secrets, which the Deployment maps to the environment.
+		auth.CABundle, caFrom = []byte(pem), "$"+sourceCAEnv
+	}
+	if len(auth.CABundle) > 0 {
 		if _, err := sources.CertPool(auth.CABundle); err != nil {
-			return nil, fmt.Errorf("--source-ca-file %s: %w", f.caFile, err)
+			return nil, fmt.Errorf("%s: %w", caFrom, err)
 		}
 	}
 	return &reconciler.RootOptions{

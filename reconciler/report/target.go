@@ -153,7 +153,7 @@ func resolve(ctx context.Context, c client.Reader, b batch, root *Root) (*target
 	switch {
 	case b.address.root && root != nil:
 		t.auth = root.Auth
-		t.caFrom = "a PEM file named by --source-ca-file of capstan run (the root source's credentials)"
+		t.caFrom = "--source-ca-file or $CAPSTAN_SOURCE_CA of capstan run (the root source's credentials; installed: key CAPSTAN_SOURCE_CA of Secret capstan-secrets)"
 	case b.address.secret.Name != "":
 		s := &corev1.Secret{}
 		if err := c.Get(ctx, b.address.secret, s); err != nil {
