@@ -26,15 +26,8 @@ func TestPrivateCAForTheWholeRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t)
 	ns := newNamespace(t)
-	ca, err := testca.New("capstan-e2e-company-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := ca.Proxy(s.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
+	ca := testca.Must(t, "capstan-e2e-company-ca")
+	proxy := ca.ProxyFor(t, s.URL())
 	repo, err := s.CreateRepo(ctx, ns)
 	if err != nil {
 		t.Fatal(err)

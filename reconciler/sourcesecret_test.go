@@ -43,10 +43,7 @@ func newPrivateCAFixture(t *testing.T) *privateCAFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := testca.New("capstan-reconciler-test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := testca.Must(t, "capstan-reconciler-test-ca")
 	return &privateCAFixture{ns: ns, c: c, r: &Reconciler{client: c, sources: newTestSourceCache(t, ArtifactOptions{})}, ca: ca}
 }
 
@@ -211,9 +208,6 @@ func check(t *testing.T, what, got string, err error, wantErr string, wantStalls
 
 func otherCA(t *testing.T) []byte {
 	t.Helper()
-	ca, err := testca.New("capstan-unrelated-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := testca.Must(t, "capstan-unrelated-ca")
 	return ca.PEM
 }

@@ -10,14 +10,8 @@ import (
 )
 
 func TestCABundle(t *testing.T) {
-	ca, err := testca.New("capstan-sources-test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := testca.New("capstan-other-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := testca.Must(t, "capstan-sources-test-ca")
+	other := testca.Must(t, "capstan-other-ca")
 	broken := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("not DER")})
 	key := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: []byte("secret-key-bytes")})
 	both := append(append([]byte{}, ca.PEM...), other.PEM...)

@@ -79,10 +79,7 @@ func TestRunRefusesABadDefaultServiceAccount(t *testing.T) {
 // file that holds no certificate is refused before the daemon starts,
 // naming the flag and the file.
 func TestRootSourceCAFile(t *testing.T) {
-	ca, err := testca.New("root source CA")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := testca.Must(t, "root source CA")
 	dir := t.TempDir()
 	good, bad := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "garbage.pem")
 	if err := os.WriteFile(good, ca.PEM, 0o600); err != nil {

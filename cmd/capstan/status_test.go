@@ -27,7 +27,7 @@ func cond(typ string, status metav1.ConditionStatus, reason, msg string) metav1.
 	return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg}
 }
 
-// bootstrapStages are the 15 stages of the bootstrap plan (DESIGN.md).
+// bootstrapStages are seed 000's 15 states (DESIGN.md), a plan of real size for the golden tables.
 var bootstrapStages = []string{
 	"ProxySettingsHandled", "ClusterSSHConfigured", "ProviderUpdatedInBootstrap", "ProviderEnabledInBootstrap",
 	"NodesReady", "ObjectsCreated", "ProviderConfigured", "HelmBundleReady", "ControllersDisabledBeforePivot",

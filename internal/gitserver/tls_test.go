@@ -11,10 +11,7 @@ import (
 )
 
 func TestHTTPSServesWithTheGivenCertificate(t *testing.T) {
-	ca, err := testca.New("gitserver-test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := testca.Must(t, "gitserver-test-ca")
 	cert, err := ca.ServerCertificate()
 	if err != nil {
 		t.Fatal(err)

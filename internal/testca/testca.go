@@ -21,6 +21,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"testing"
 	"time"
 )
 
@@ -126,4 +127,26 @@ func (c *CA) Proxy(target string) (*httptest.Server, error) {
 		return nil, fmt.Errorf("proxy target %q: %w", target, err)
 	}
 	return c.Serve(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(u) }})
+}
+
+// Must is New for a test: a CA named name, or the test fails.
+func Must(t testing.TB, name string) *CA {
+	t.Helper()
+	c, err := New(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// ProxyFor is Proxy for a test: the proxy stops when the test ends, and
+// an error fails the test.
+func (c *CA) ProxyFor(t testing.TB, target string) *httptest.Server {
+	t.Helper()
+	s, err := c.Proxy(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
 }

@@ -20,8 +20,9 @@ func seriesBound(deployments, stagesPer, stageNames int) int {
 	return deployments*(6*stagesPer+10) + histogram*(2*stageNames+3+4)
 }
 
-// bootstrapStages are the 15 stages of the bootstrap plan (DESIGN.md,
-// seed 000), the longest plan Capstan ships.
+// bootstrapStages are seed 000's 15 states (DESIGN.md), the stage names
+// of the bootstrap profile but its 16th (HelmControllerEnabledAfterConfig):
+// a plan of the size Capstan ships.
 var bootstrapStages = []string{
 	"ProxySettingsHandled", "ClusterSSHConfigured", "ProviderUpdatedInBootstrap", "ProviderEnabledInBootstrap",
 	"NodesReady", "ObjectsCreated", "ProviderConfigured", "HelmBundleReady", "ControllersDisabledBeforePivot",

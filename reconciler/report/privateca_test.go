@@ -16,6 +16,7 @@ import (
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/internal/gitserver"
 	"github.com/capstan-dev/capstan/internal/testca"
+	"github.com/capstan-dev/capstan/sources/git"
 )
 
 // caFixture is a namespace of the shared control plane, a client for it
@@ -34,10 +35,7 @@ func newCAFixture(t *testing.T, ctx context.Context) *caFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := testca.New("capstan-report-test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := testca.Must(t, "capstan-report-test-ca")
 	return &caFixture{ns: ns, c: c, ca: ca}
 }
 
@@ -157,11 +155,7 @@ func TestPullRequestsTrustTheCAOfTheTokenSecret(t *testing.T) {
 	ctx := testContext(t)
 	f := newCAFixture(t, ctx)
 	_, gitea := controlPlaneAndGitea(t)
-	proxy, err := f.ca.Proxy(gitea.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
+	proxy := f.ca.ProxyFor(t, gitea.URL())
 	rec := events.NewFakeRecorder(100)
 	// Only this test's deployments: the other tests' share the cluster.
 	w, err := NewPullRequests(PullRequestOptions{Interval: 100 * time.Millisecond, Registerer: prometheus.NewRegistry(), Events: rec},
@@ -251,15 +245,35 @@ func TestPullRequestsTrustTheCAOfTheTokenSecret(t *testing.T) {
 
 // Status commits to the root repository use the root source's
 // credentials: an untrusted certificate there points at capstan run's
-// --source-ca-file, the one place the root's CA can be set, not at a
-// Secret the root source does not have.
+// --source-ca-file / $CAPSTAN_SOURCE_CA, the one place the root's CA can
+// be set, not at a Secret the root source does not have. The push goes to
+// a real git server over https with a CA the root was not given.
 func TestRootStatusCommitsNameTheSourceCAFile(t *testing.T) {
-	tgt, err := resolve(testContext(t), nil, batch{address: address{url: "https://git.example/fleet.git", branch: "capstan/status", root: true}},
-		&Root{URL: "https://git.example/fleet.git", Branch: "main"})
+	ctx := testContext(t)
+	cert, err := testca.Must(t, "capstan-root-ca").ServerCertificate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(tgt.caFrom, "--source-ca-file") {
-		t.Errorf("the hint for the root's certificate names %q, want --source-ca-file", tgt.caFrom)
+	srv, err := gitserver.New("", gitserver.Options{Username: testUser, Password: testPassword, TLSCertificate: &cert})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	url, err := srv.CreateRepo("root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := &Root{URL: url, Branch: "main", Auth: git.Auth{Username: testUser, Password: testPassword}}
+	tgt, err := resolve(ctx, nil, batch{address: address{url: url, branch: "capstan/status", root: true}}, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = push(ctx, pushRequest{url: url, branch: "capstan/status", auth: tgt.auth, caFrom: tgt.caFrom,
+		files: map[string][]byte{"status/ns/a.yaml": []byte("phase: Ready\n")}, message: "status"})
+	if err == nil || !strings.Contains(err.Error(), "--source-ca-file or $CAPSTAN_SOURCE_CA") || strings.Contains(err.Error(), "secretRef") {
+		t.Errorf("push to the root repository behind an unknown CA: %v; want the hint to name --source-ca-file and $CAPSTAN_SOURCE_CA, no secretRef", err)
+	}
+	if err != nil && strings.Contains(err.Error(), testPassword) {
+		t.Errorf("the error holds the password: %v", err)
 	}
 }

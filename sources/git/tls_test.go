@@ -14,10 +14,7 @@ import (
 // signed, with one repository, and returns its URL and head commit.
 func tlsServer(t *testing.T) (ca *testca.CA, url, hash string) {
 	t.Helper()
-	ca, err := testca.New("capstan-git-test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca = testca.Must(t, "capstan-git-test-ca")
 	cert, err := ca.ServerCertificate()
 	if err != nil {
 		t.Fatal(err)
@@ -102,18 +99,12 @@ func TestHTTPSWithPrivateCA(t *testing.T) {
 // otherCA is the certificate of a CA that signed nothing the tests serve.
 func otherCA(t *testing.T) []byte {
 	t.Helper()
-	ca, err := testca.New("capstan-unrelated-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := testca.Must(t, "capstan-unrelated-ca")
 	return ca.PEM
 }
 
 func TestAuthFromSecret(t *testing.T) {
-	ca, err := testca.New("capstan-git-test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := testca.Must(t, "capstan-git-test-ca")
 	got, err := AuthFromSecret(map[string][]byte{
 		"username": []byte("alice"), "password": []byte("tok"), "identity": []byte("KEY"), "known_hosts": []byte("HOSTS"),
 		"ca.crt": ca.PEM, "caFile": []byte("ignored when ca.crt is set"),

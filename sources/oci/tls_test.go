@@ -19,10 +19,7 @@ import (
 // naming where the CA goes without it.
 func TestRegistryWithPrivateCA(t *testing.T) {
 	ctx := testContext(t)
-	ca, err := testca.New("capstan-oci-test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := testca.Must(t, "capstan-oci-test-ca")
 	cfg, err := ca.ServerTLS()
 	if err != nil {
 		t.Fatal(err)
@@ -92,9 +89,6 @@ func trusting(t *testing.T, caPEM []byte) http.RoundTripper {
 
 func otherCAPEM(t *testing.T) []byte {
 	t.Helper()
-	ca, err := testca.New("capstan-unrelated-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := testca.Must(t, "capstan-unrelated-ca")
 	return ca.PEM
 }

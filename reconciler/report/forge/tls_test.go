@@ -27,15 +27,8 @@ func TestGiteaWithPrivateCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := testca.New("capstan-forge-test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := ca.Proxy(s.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
+	ca := testca.Must(t, "capstan-forge-test-ca")
+	proxy := ca.ProxyFor(t, s.URL())
 	base := proxy.URL
 
 	e := controlPlane(t)
