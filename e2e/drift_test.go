@@ -47,10 +47,23 @@ func (tg *target) counted(t testing.TB) ([]byte, *requestCounter, func()) {
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	var once sync.Once
+	// httptest's Close waits for active connections, and a watch the
+	// daemon reopens between CloseClientConnections and Close stays active
+	// for good (it hung CI once): stop accepting first, then cut every
+	// connection until Close returns.
 	stop := func() {
 		once.Do(func() {
-			srv.CloseClientConnections()
-			srv.Close()
+			srv.Listener.Close()
+			closed := make(chan struct{})
+			go func() { srv.Close(); close(closed) }()
+			for {
+				srv.CloseClientConnections()
+				select {
+				case <-closed:
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
 		})
 	}
 	t.Cleanup(stop)
