@@ -107,6 +107,28 @@ type ClusterDeploymentSpec struct {
 	// its status (docs/report.md).
 	// +optional
 	Report *ReportSpec `json:"report,omitempty"`
+
+	// Timeout bounds the fetch of the source and the render of one
+	// reconcile, and each batch of API requests of a stage (an apply
+	// wave, a look, a dry run): a source or a cluster that answers too
+	// slowly fails that attempt with the reason and is retried with
+	// backoff, without holding up any other deployment. It is not a stage
+	// timeout (stages[].timeout): a stage still waits as long as it must.
+	// Defaults to 3m.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// DefaultTimeout bounds a fetch, a render or a batch of API requests when
+// ClusterDeploymentSpec.Timeout is not set.
+const DefaultTimeout = 3 * time.Minute
+
+// TimeoutOrDefault is spec.timeout, else DefaultTimeout.
+func (s *ClusterDeploymentSpec) TimeoutOrDefault() time.Duration {
+	if s.Timeout != nil && s.Timeout.Duration > 0 {
+		return s.Timeout.Duration
+	}
+	return DefaultTimeout
 }
 
 // ReportSpec says where a deployment's progress is written back.
@@ -180,7 +202,56 @@ type PullRequestReport struct {
 	// on push webhooks. Defaults to 1m.
 	// +optional
 	Interval *metav1.Duration `json:"interval,omitempty"`
+
+	// Forks says what happens to pull requests whose head is a branch of
+	// another repository (a fork): skip (the default) plans none of them,
+	// unless the forge reports the author as the repository's owner, a
+	// member or a collaborator, and leaves a one-line comment saying why;
+	// plan plans them like branches of the repository (a dry run of a
+	// stranger's change with the deployment's identity: docs/tenancy.md).
+	// +optional
+	// +kubebuilder:validation:Enum=skip;plan
+	Forks ForkPolicy `json:"forks,omitempty"`
+
+	// Values says whether plan comments show the old and new values of
+	// changed fields (show) or only their paths (hide). Secret values are
+	// never shown. Defaults to show for branches of the repository, whose
+	// authors can push what Capstan applies, and hide for forks.
+	// +optional
+	// +kubebuilder:validation:Enum=show;hide
+	Values ValuesPolicy `json:"values,omitempty"`
+
+	// MaxPlansPerInterval bounds how many pull requests are planned
+	// (fetched, rendered and dry-run) per Interval; the others wait for
+	// a later interval, least recently planned first, and their comment
+	// says they are queued. Defaults to 5.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	MaxPlansPerInterval int32 `json:"maxPlansPerInterval,omitempty"`
 }
+
+// ForkPolicy says whether pull requests from forks are planned.
+type ForkPolicy string
+
+// Fork policies.
+const (
+	ForksSkip ForkPolicy = "skip"
+	ForksPlan ForkPolicy = "plan"
+)
+
+// ValuesPolicy says whether plan comments show changed values.
+type ValuesPolicy string
+
+// Values policies.
+const (
+	ValuesShow ValuesPolicy = "show"
+	ValuesHide ValuesPolicy = "hide"
+)
+
+// DefaultMaxPlansPerInterval is PullRequestReport.MaxPlansPerInterval when
+// it is not set.
+const DefaultMaxPlansPerInterval = 5
 
 // DefaultPullRequestInterval is how often open pull requests are listed
 // when PullRequestReport.Interval is not set.
