@@ -59,7 +59,7 @@ type diffFlags struct {
 }
 
 func (f *diffFlags) BindFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&f.render.root, "root", ".", "directory that plays the source artifact's root; PATH is relative to it")
+	fs.StringVar(&f.render.root, "root", "", rootFlagUsage)
 	fs.StringVarP(&f.render.deployment, "cluster-deployment", "f", "", "ClusterDeployment file whose path, substitutions and stages to use; its live namesake gives the inventory")
 	fs.StringArrayVar(&f.render.substitute, "substitute", nil, "VAR=value for ${VAR} substitution (repeatable)")
 	fs.StringVar(&f.deployment, "deployment", "", "NAMESPACE/NAME of the live ClusterDeployment whose spec (path, profile, substitutions) and inventory to use")
@@ -250,7 +250,12 @@ func (f *diffFlags) target(ctx context.Context, c client.Client, args []string) 
 		t.live = live
 		t.spec = *live.Spec.DeepCopy()
 		if len(args) == 1 {
-			t.spec.Path = args[0]
+			if err := f.render.locate(&t.spec, args[0]); err != nil {
+				return t, err
+			}
+		}
+		if f.render.root == "" {
+			f.render.root = "."
 		}
 		for _, kv := range f.render.substitute {
 			k, v, ok := strings.Cut(kv, "=")
@@ -279,7 +284,7 @@ func (f *diffFlags) target(ctx context.Context, c client.Client, args []string) 
 			t.owner.Namespace = defaultNamespace
 		}
 	} else {
-		t.owner = stages.Owner{Name: filepath.Base(filepath.Clean(spec.Path)), Namespace: defaultNamespace}
+		t.owner = stages.Owner{Name: filepath.Base(filepath.Clean(f.render.where)), Namespace: defaultNamespace}
 	}
 	if t.live, err = getDeployment(ctx, c, t.owner); err != nil {
 		return t, err

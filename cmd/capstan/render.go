@@ -20,6 +20,7 @@ import (
 // renderFlags select what to render and how to print it.
 type renderFlags struct {
 	root        string
+	where       string // the overlay as the user named it, for messages
 	deployment  string
 	output      string
 	substitute  []string
@@ -27,7 +28,7 @@ type renderFlags struct {
 }
 
 func (f *renderFlags) BindFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&f.root, "root", ".", "directory that plays the source artifact's root; PATH is relative to it")
+	fs.StringVar(&f.root, "root", "", rootFlagUsage)
 	fs.StringVarP(&f.deployment, "cluster-deployment", "f", "", "ClusterDeployment file whose path, substitutions and stages to use")
 	fs.StringVarP(&f.output, "output", "o", "yaml", "output format: yaml or json")
 	fs.StringArrayVar(&f.substitute, "substitute", nil, "VAR=value for ${VAR} substitution (repeatable)")
@@ -57,7 +58,7 @@ ClusterDeployment file. The values of Secrets are masked unless
 			opts.Substitute = spec.Substitute
 			objs, err := render.Build(cmd.Context(), os.DirFS(f.root), opts)
 			if err != nil {
-				return fmt.Errorf("render %s: %w", filepath.Join(f.root, spec.Path), err)
+				return fmt.Errorf("render %s: %w", f.where, err)
 			}
 			specs, err := stages.StageSpecs(spec)
 			if err != nil {
@@ -105,10 +106,18 @@ func (f *renderFlags) givenSpec(args []string) (capstanv1.ClusterDeploymentSpec,
 		spec = cd.Spec
 	}
 	if len(args) == 1 {
-		spec.Path = args[0]
+		if err := f.locate(&spec, args[0]); err != nil {
+			return spec, err
+		}
 	}
 	if spec.Path == "" {
 		return spec, fmt.Errorf("no path to render: give PATH or -f with spec.path")
+	}
+	if f.root == "" {
+		f.root = "." // -f's spec.path is relative to the artifact root, as in the daemon
+	}
+	if f.where == "" {
+		f.where = filepath.Join(f.root, spec.Path)
 	}
 	for _, kv := range f.substitute {
 		k, v, ok := strings.Cut(kv, "=")
@@ -121,6 +130,22 @@ func (f *renderFlags) givenSpec(args []string) (capstanv1.ClusterDeploymentSpec,
 		spec.Substitute[k] = v
 	}
 	return spec, nil
+}
+
+// locate sets spec.Path, f.root and f.where from PATH as typed.
+func (f *renderFlags) locate(spec *capstanv1.ClusterDeploymentSpec, path string) error {
+	rootGiven := f.root != ""
+	o, err := locateOverlay(f.root, path)
+	if err != nil {
+		return err
+	}
+	f.root, spec.Path = o.root, o.path
+	if rootGiven {
+		f.where = filepath.Join(f.root, spec.Path)
+	} else {
+		f.where = path
+	}
+	return nil
 }
 
 type renderedStage struct {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -36,7 +35,7 @@ type validateFlags struct {
 }
 
 func (f *validateFlags) BindFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&f.render.root, "root", ".", "directory that plays the source artifact's root; PATH is relative to it")
+	fs.StringVar(&f.render.root, "root", "", rootFlagUsage)
 	fs.StringVarP(&f.render.deployment, "cluster-deployment", "f", "", "ClusterDeployment file whose path, substitutions and stages to use")
 	fs.StringArrayVar(&f.render.substitute, "substitute", nil, "VAR=value for ${VAR} substitution (repeatable)")
 	fs.StringVarP(&f.output, "output", "o", "text", "output format: text (one problem a line), json or yaml")
@@ -93,7 +92,7 @@ and namespace exist, which nothing applies.`,
 			opts := render.DefaultOptions()
 			opts.Path = spec.Path
 			opts.Substitute = spec.Substitute
-			where := filepath.Join(f.render.root, spec.Path)
+			where := f.render.where
 			rendered, err := render.BuildResult(cmd.Context(), os.DirFS(f.render.root), opts)
 			if err != nil {
 				return fmt.Errorf("render %s: %w", where, err)
