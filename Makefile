@@ -62,14 +62,26 @@ gitea: ## Build the Gitea server the forge tests run (internal/giteaserver; e2e/
 testbin: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubelet into the cache
 	e2e/testbin/build.sh >/dev/null
 
-test: tools testbin providers gitea vet ## Everything CI runs: vet, unit, integration and e2e tests, fuzz corpora
-	$(GO) test -count=1 -timeout 40m ./...
+# Tests, vet and the binaries and images the tests build (go build of
+# ./cmd/capstan, image.Build) all compile with the flags of Capstan's
+# image: static (CGO_ENABLED=0) and -trimpath. One set of flags means one
+# compile of the dependency tree in the build cache; with Go's defaults
+# (cgo on, no -trimpath) beside the image's, a fresh machine compiled it
+# twice (docs/benchmarks.md, "A fresh make test").
+TEST_ENV := GOFLAGS=-trimpath CGO_ENABLED=0
+
+# The binaries the tests run, and vet, are built side by side: each build
+# spends a good part of its time in the linker, which keeps one core busy,
+# so one at a time left the other core of a 2-core CI machine idle.
+test: tools ## Everything CI runs: vet, unit, integration and e2e tests, fuzz corpora
+	$(MAKE) --no-print-directory -j4 testbin providers gitea vet
+	$(TEST_ENV) $(GO) test -count=1 -timeout 40m ./...
 
 unit: ## Tests that need no control plane
-	$(GO) test -count=1 ./api/... ./render/... ./sources/... ./cmd/...
+	$(TEST_ENV) $(GO) test -count=1 ./api/... ./render/... ./sources/... ./cmd/...
 
 e2e: tools testbin providers gitea
-	$(GO) test -count=1 -timeout 30m -v ./e2e/ ./e2e/incluster/ ./e2e/metal3/
+	$(TEST_ENV) $(GO) test -count=1 -timeout 30m -v ./e2e/ ./e2e/incluster/ ./e2e/metal3/
 
 e2e-kind: ## The in-cluster suite on a kind cluster (Docker that runs privileged containers, and the kind node image); its precondition check says what is missing
 	CAPSTAN_E2E_BACKEND=kind $(GO) test -count=1 -timeout 60m -v ./e2e/incluster/
@@ -83,7 +95,7 @@ bench-sources: ## Source benchmarks: requests per unchanged poll, push-to-revisi
 	$(GO) test -run '^$$' -bench PushToRevision -benchtime 10x ./sources/oci/ ./sources/webhook/
 
 vet:
-	$(GO) vet ./...
+	$(TEST_ENV) $(GO) vet ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
