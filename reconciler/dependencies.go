@@ -89,7 +89,15 @@ func (r *Reconciler) behindSource(ctx context.Context, a *attempt, other *capsta
 		if err != nil {
 			return "its source: " + err.Error()
 		}
-		if current, err = src.revision(ctx, revisionMaxAge(other)); err != nil {
+		// Never waited for here: a slow source of other's must not hold
+		// this deployment's worker (docs/deadlines.md). The check's end
+		// wakes this deployment.
+		var pending bool
+		current, pending, err = src.revisionFor(client.ObjectKeyFromObject(a.cd), revisionMaxAge(other), other.Spec.TimeoutOrDefault())
+		switch {
+		case pending:
+			return "its source is being checked"
+		case err != nil:
 			return "its source: " + err.Error()
 		}
 	}

@@ -135,6 +135,17 @@ type attempt struct {
 	// or waits for its cluster: the walk recorded it in the stage's
 	// status, the Ready condition and a StageFailed event already.
 	stageRecorded bool
+	// requested is the reconcile request the attempt answers, "" for
+	// none (requests.go).
+	requested string
+	// pending is set when the attempt ended to wait for its source (a
+	// check or fetch under way in the source cache, sourceops.go): it
+	// wrote nothing, answered no request, and is woken when the source
+	// answers.
+	pending bool
+	// release lets the store evict the artifact once the attempt is done
+	// with it; nil when none is pinned.
+	release func()
 }
 
 // step is one part of a reconcile. done ends the walk early without error.
@@ -173,8 +184,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	begin := time.Now()
 	requested, refetch := pendingRequest(cd)
-	a := &attempt{cd: cd, outcome: metrics.OutcomeSuccess, refetch: refetch}
+	a := &attempt{cd: cd, outcome: metrics.OutcomeSuccess, refetch: refetch, requested: requested}
 	res, err := r.runSteps(ctx, a)
+	if a.pending {
+		// Nothing was decided: the attempt that takes the source's
+		// answer answers the request.
+		return res, err
+	}
 	r.markHandled(ctx, a.cd, requested)
 	r.metrics.RecordStages(a.cd)
 	r.metrics.ObserveReconcile(a.cd, time.Since(begin), a.outcome)
@@ -185,7 +201,10 @@ func (r *Reconciler) runSteps(ctx context.Context, a *attempt) (reconcile.Result
 	// Dependencies are checked before anything is fetched or rendered: a
 	// deployment waiting for another costs one remote check and the reads
 	// of its dependencies.
-	steps := []step{r.checkSource, r.checkDependencies, r.fetchArtifact, r.renderObjects, r.buildPlan, r.driftOnly, r.preflight, r.walkStages}
+	// The preflight's dry runs are a batch of API requests: bounded by
+	// spec.timeout like the stages' (docs/deadlines.md).
+	steps := []step{r.checkSource, r.checkDependencies, r.fetchArtifact, r.renderObjects, r.buildPlan, r.driftOnly, bounded(r.preflight), r.walkStages}
+	defer a.unpin()
 	for _, s := range steps {
 		done, err := s(ctx, a)
 		if err != nil {
@@ -243,11 +262,15 @@ func (r *Reconciler) checkSource(ctx context.Context, a *attempt) (bool, error) 
 		return false, err
 	}
 	a.source = src
-	if a.refetch {
+	key := client.ObjectKeyFromObject(a.cd)
+	if a.refetch && r.sources.refetchOnce(key, a.requested) {
 		r.refetch(a)
 	}
 	begin := time.Now()
-	rev, err := src.revision(ctx, revisionMaxAge(a.cd))
+	rev, pending, err := src.revisionFor(key, revisionMaxAge(a.cd), a.cd.Spec.TimeoutOrDefault())
+	if pending {
+		return r.waitForSource(a)
+	}
 	r.metrics.ObserveSource(a.cd, metrics.SourceObservation{
 		Operation: metrics.SourceRevision, Duration: time.Since(begin), Revision: rev, Interval: interval(a.cd), Err: err,
 	})
@@ -317,7 +340,10 @@ func (r *Reconciler) correctIfDrifted(ctx context.Context, a *attempt) (bool, er
 
 func (r *Reconciler) fetchArtifact(ctx context.Context, a *attempt) (bool, error) {
 	begin := time.Now()
-	art, fetched, err := a.source.fetch(ctx, a.revision)
+	art, fetched, pending, err := a.source.fetchFor(client.ObjectKeyFromObject(a.cd), a.revision, a.cd.Spec.TimeoutOrDefault())
+	if pending {
+		return r.waitForSource(a)
+	}
 	if fetched {
 		o := metrics.SourceObservation{Operation: metrics.SourceFetch, Duration: time.Since(begin), Interval: interval(a.cd), Err: err}
 		if err == nil {
@@ -332,11 +358,60 @@ func (r *Reconciler) fetchArtifact(ctx context.Context, a *attempt) (bool, error
 	if fetched {
 		r.fetches.Add(1)
 	}
-	a.artifact = art
+	// The artifact stays on disk until the attempt is done with it.
+	release, ok := r.sources.store.Pin(art)
+	if !ok {
+		// Evicted (or replaced by a newer fetch) since it was fetched:
+		// fetch what the store lacks.
+		if art, _, pending, err = a.source.fetchFor(client.ObjectKeyFromObject(a.cd), a.revision, a.cd.Spec.TimeoutOrDefault()); pending || err != nil {
+			if err != nil {
+				a.sourceFailed = true
+				return false, fmt.Errorf("fetch %s: %w", a.revision, sources.Unavailable(err))
+			}
+			return r.waitForSource(a)
+		}
+		if release, ok = r.sources.store.Pin(art); !ok {
+			return false, fmt.Errorf("fetch %s: the artifact cache evicted it at once; raise --artifact-cache-max-bytes", a.revision)
+		}
+	}
+	a.artifact, a.release = art, release
 	// The remote may have moved between the check and the fetch; the
 	// artifact's revision is the one that is rendered and recorded.
 	a.revision = art.Revision
 	return false, nil
+}
+
+// waitForSource ends an attempt that waits for an operation on its
+// source (sourceops.go): the attempt writes nothing and holds no worker;
+// the operation's end wakes the deployment, and should that wake be
+// lost, the deployment comes back once the operation's deadline passed.
+func (r *Reconciler) waitForSource(a *attempt) (bool, error) {
+	a.pending = true
+	a.requeue = a.cd.Spec.TimeoutOrDefault() + sourceWakeSlack
+	return true, nil
+}
+
+// sourceWakeSlack is how long after a source operation's deadline a
+// deployment that waits for it comes back by itself.
+const sourceWakeSlack = 10 * time.Second
+
+// unpin lets the store evict the attempt's artifact.
+func (a *attempt) unpin() {
+	if a.release != nil {
+		a.release()
+		a.release = nil
+	}
+}
+
+// bounded runs s under the deployment's spec.timeout: a batch of API
+// requests that does not end in time fails the attempt, which is
+// retried, instead of holding its worker.
+func bounded(s step) step {
+	return func(ctx context.Context, a *attempt) (bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, a.cd.Spec.TimeoutOrDefault())
+		defer cancel()
+		return s(ctx, a)
+	}
 }
 
 func (r *Reconciler) renderObjects(ctx context.Context, a *attempt) (bool, error) {
@@ -365,6 +440,7 @@ func (r *Reconciler) renderObjects(ctx context.Context, a *attempt) (bool, error
 		if ctx.Err() != nil {
 			return false, err // the attempt ended, not the render
 		}
+		// A render past spec.timeout carries its own policy (retried).
 		return false, failure.Default(err, render.ReasonRenderFailed, failure.PolicyStalled)
 	}
 	// Variables left unset are reported by preflight, with every other

@@ -36,8 +36,14 @@ const rootFieldManager = "capstan-root"
 type RootOptions struct {
 	URL, Branch, Path string
 	Auth              git.Auth
-	// Namespace is given to ClusterDeployments that name none.
+	// Namespace is given to ClusterDeployments that name none. Its
+	// deployments, and those of Capstan's own namespace, may read the
+	// root source: name no spec.source (docs/root-source.md).
 	Namespace string
+	// Namespaces are further namespaces whose deployments may read the
+	// root source (`capstan run --root-source-namespaces`). A deployment
+	// without spec.source in any other namespace stalls.
+	Namespaces []string
 	// Interval is how often the root is polled.
 	Interval time.Duration
 	// Source overrides the git source built from URL (tests, other kinds).
@@ -89,7 +95,10 @@ func (s *rootSource) status() RootStatus {
 	return RootStatus{Revision: s.last, Deployments: s.count, Err: s.lastErr}
 }
 
-func newRootSource(opts RootOptions, c client.Client, cache *sourceCache) (*rootSource, error) {
+// newRootSource builds the root source and makes it the one of cache,
+// serving the deployments without a source of home (Capstan's namespace,
+// "" when it has none), opts.Namespace and opts.Namespaces.
+func newRootSource(opts RootOptions, c client.Client, cache *sourceCache, home string) (*rootSource, error) {
 	if opts.Branch == "" {
 		opts.Branch = "main"
 	}
@@ -107,6 +116,9 @@ func newRootSource(opts RootOptions, c client.Client, cache *sourceCache) (*root
 		}
 	}
 	cache.set(rootSourceKey, src)
+	cache.mu.Lock()
+	cache.rootNamespaces = rootNamespacesOf(opts, home)
+	cache.mu.Unlock()
 	entry, _ := cache.lookup(rootSourceKey)
 	sum := sha256.Sum256([]byte(opts.URL + "\x00" + opts.Branch + "\x00" + path.Clean(opts.Path)))
 	return &rootSource{opts: opts, id: hex.EncodeToString(sum[:])[:16], client: c, entry: entry, kick: make(chan struct{}, 1)}, nil
@@ -151,7 +163,11 @@ func (s *rootSource) NeedLeaderElection() bool { return true }
 
 func (s *rootSource) sync(ctx context.Context) error {
 	// The root asks the remote at every tick and kick; deployments
-	// reading the root share its answer.
+	// reading the root share its answer. Each operation on the remote
+	// ends within DefaultTimeout, as a deployment's would without
+	// spec.timeout.
+	ctx, cancel := context.WithTimeout(ctx, 2*capstanv1.DefaultTimeout)
+	defer cancel()
 	rev, err := s.entry.revision(ctx, 0)
 	if err != nil {
 		return fmt.Errorf("check root source: %w", err)

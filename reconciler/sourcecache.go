@@ -122,21 +122,39 @@ type artifactCacheUser interface {
 // sourceEntry is one source shared by every deployment that reads from it.
 // Its artifacts live in the cache's store, on disk, so that deployments
 // sharing a repository fetch it once per revision while it stays there.
+//
+// Whatever asks the remote (a revision check, a fetch) runs in a goroutine
+// of the entry's own, one at a time, under a deadline (sourceops.go): a
+// reconcile that must wait for it returns and is woken when it ends, so
+// that a slow source holds no reconcile worker (docs/deadlines.md).
 type sourceEntry struct {
 	mu     sync.Mutex
 	key    string
 	source sources.Source
 	store  *sources.Store
+	// url names the source in messages, without credentials.
+	url string
 	// onAuthError is called when the remote refuses the credentials, so
 	// that the next attempt reads the Secret again.
 	onAuthError func()
+	// base is the context operations run under: the cache's, which ends
+	// when the daemon stops. wake tells a deployment that an operation
+	// it waits for ended.
+	base context.Context
+	wake func(types.NamespacedName)
 
 	// The remote's last answer, when it was asked, and the epoch it was
-	// asked in: see revision. expire starts a new epoch.
+	// asked in: see revisionFor. expire starts a new epoch.
 	lastRevision string
 	lastChecked  time.Time
 	lastEpoch    uint64
 	epoch        atomic.Uint64
+
+	// running is the operation under way, nil when none is; answers
+	// holds, per deployment, the outcome of the operation it waited for,
+	// until its next attempt takes it.
+	running *sourceOp
+	answers map[answerKey]sourceAnswer
 
 	// refused is the revision whose content the source refused (a file or
 	// an artifact over a limit, a path that leaves the root, a signature
@@ -148,60 +166,15 @@ type sourceEntry struct {
 	refusal error
 }
 
-// revision returns the remote's revision: the answer the remote gave
-// less than maxAge ago to any deployment reading this source, or a new
-// one. A thousand deployments on one repository then ask it about once
-// per maxAge between them instead of a thousand times per interval. A
-// push (expire) makes the next call ask the remote whatever maxAge.
-func (e *sourceEntry) revision(ctx context.Context, maxAge time.Duration) (string, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	epoch, asked := e.epoch.Load(), time.Now()
-	if e.lastRevision != "" && e.lastEpoch == epoch && asked.Sub(e.lastChecked) < maxAge {
-		return e.lastRevision, nil
-	}
-	rev, err := e.source.Revision(ctx)
-	e.checkAuth(err)
-	if err != nil {
-		e.lastRevision = ""
-		return "", err
-	}
-	e.lastRevision, e.lastChecked, e.lastEpoch = rev, asked, epoch
-	return rev, nil
-}
-
-// expire makes the next revision call ask the remote: a push said the
-// branch moved. A call already asking may still keep the old answer for
-// itself, not for the calls after it.
+// expire makes the next revision check ask the remote: a push said the
+// branch moved. A check already under way keeps its answer for those
+// that asked before the push, not for those after it.
 func (e *sourceEntry) expire() { e.epoch.Add(1) }
 
 func (e *sourceEntry) checkAuth(err error) {
 	if err != nil && errors.Is(err, sources.ErrAuth) && e.onAuthError != nil {
 		e.onAuthError()
 	}
-}
-
-// fetch returns the artifact at revision, from the store when it holds it.
-// fetched tells whether the remote was asked for content.
-func (e *sourceEntry) fetch(ctx context.Context, revision string) (art *sources.Artifact, fetched bool, err error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if art, ok := e.store.Get(e.key, revision); ok {
-		return art, false, nil
-	}
-	if revision != "" && revision == e.refused {
-		return nil, false, e.refusal
-	}
-	art, err = e.source.Fetch(ctx)
-	if err != nil {
-		e.checkAuth(err)
-		if errors.Is(err, sources.ErrRefused) && revision != "" {
-			e.refused, e.refusal = revision, err
-		}
-		return nil, true, err
-	}
-	e.store.Put(e.key, art)
-	return art, true, nil
 }
 
 // sourceCache holds the sources of all deployments, keyed by what
@@ -220,6 +193,20 @@ type sourceCache struct {
 	limits  sources.Limits
 	store   *sources.Store
 	renders chan struct{} // a slot per render running
+
+	// ctx bounds the operations on sources (sourceops.go); close ends it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// wake enqueues a deployment whose source operation ended; nil: none
+	// (tests that wait themselves).
+	wake func(types.NamespacedName)
+	// rootNamespaces are the namespaces whose deployments without a
+	// source of their own read the root source (rootServes).
+	rootNamespaces map[string]bool
+	// refetched remembers the reconcile request each deployment's
+	// source was refetched for, so that the attempts that wait for the
+	// fetch do not drop its artifact again.
+	refetched map[types.NamespacedName]string
 }
 
 // secretTTL is how long a source's Secret is trusted before it is read
@@ -239,21 +226,49 @@ func newSourceCache(opts ArtifactOptions) (*sourceCache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--artifact-cache-dir: %w", err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	return &sourceCache{
-		entries: map[string]*sourceEntry{},
-		users:   map[types.NamespacedName]string{},
-		secrets: map[types.NamespacedName]cachedSecret{},
-		now:     time.Now,
-		opts:    opts,
-		limits:  opts.sourceLimits(),
-		store:   store,
-		renders: make(chan struct{}, opts.MaxConcurrentRenders),
+		entries:   map[string]*sourceEntry{},
+		users:     map[types.NamespacedName]string{},
+		secrets:   map[types.NamespacedName]cachedSecret{},
+		now:       time.Now,
+		opts:      opts,
+		limits:    opts.sourceLimits(),
+		store:     store,
+		renders:   make(chan struct{}, opts.MaxConcurrentRenders),
+		ctx:       ctx,
+		cancel:    cancel,
+		refetched: map[types.NamespacedName]string{},
 	}, nil
 }
 
-// close removes every artifact from disk; the daemon has stopped.
+// close ends the operations under way and removes every artifact from
+// disk; the daemon has stopped.
 func (c *sourceCache) close() error {
+	c.cancel()
 	return c.store.Close()
+}
+
+// newEntry returns the entry of a source, its operations bound to the
+// cache's life. c.mu is held.
+func (c *sourceCache) newEntry(key string, src sources.Source) *sourceEntry {
+	url := key
+	if named, ok := src.(interface{ URL() string }); ok {
+		url = named.URL()
+	}
+	return &sourceEntry{key: key, source: src, store: c.store, url: redact(url), base: c.ctx, wake: c.wake}
+}
+
+// refetchOnce reports whether user's source is to be refetched for the
+// reconcile request requested: only the first time it is asked.
+func (c *sourceCache) refetchOnce(user types.NamespacedName, requested string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refetched[user] == requested {
+		return false
+	}
+	c.refetched[user] = requested
+	return true
 }
 
 // cachedSecret returns a Secret read less than secretTTL ago.
@@ -291,7 +306,8 @@ func (c *sourceCache) get(key string, user types.NamespacedName, create func() (
 		if err != nil {
 			return nil, err
 		}
-		e = &sourceEntry{key: key, source: src, store: c.store, onAuthError: c.forgetSecrets}
+		e = c.newEntry(key, src)
+		e.onAuthError = c.forgetSecrets
 		c.entries[key] = e
 	}
 	if old, had := c.users[user]; !had || old != key {
@@ -311,7 +327,7 @@ func (c *sourceCache) set(key string, src sources.Source) {
 	if u, ok := src.(artifactCacheUser); ok {
 		u.SetArtifactCache(c.store.Dir(), c.limits)
 	}
-	c.entries[key] = &sourceEntry{key: key, source: src, store: c.store}
+	c.entries[key] = c.newEntry(key, src)
 }
 
 // expireFor makes the next revision check of the source a deployment
@@ -348,9 +364,29 @@ func (c *sourceCache) forget(user types.NamespacedName) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.refetched, user)
+	if root := c.entries[rootSourceKey]; root != nil {
+		root.dropAnswers(user)
+	}
+	c.leaveLocked(user)
+}
+
+// leave drops a deployment's share of the source it named, which it no
+// longer does (it reads the root now), and the source with its artifact
+// when no other deployment reads it.
+func (c *sourceCache) leave(user types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.leaveLocked(user)
+}
+
+func (c *sourceCache) leaveLocked(user types.NamespacedName) {
 	key, ok := c.users[user]
 	if !ok {
 		return
+	}
+	if e := c.entries[key]; e != nil {
+		e.dropAnswers(user)
 	}
 	delete(c.users, user)
 	c.dropUnused(key)
@@ -373,35 +409,83 @@ func (c *sourceCache) dropUnused(key string) {
 
 // render builds the objects of a's artifact within the daemon's limits,
 // no more than MaxConcurrentRenders at once (kustomize's memory grows
-// with what it reads), keeping the artifact on disk while it reads it.
+// with what it reads), within the deployment's spec.timeout. The
+// artifact stays on disk while it is read: fetchArtifact pinned it.
 // opts' limits are replaced by the daemon's.
 func (r *Reconciler) render(ctx context.Context, a *attempt, opts render.Options) (*render.Result, error) {
 	c := r.sources
 	opts.MaxFileBytes, opts.MaxBytes, opts.MaxObjects = c.opts.MaxFileBytes, c.opts.MaxRenderBytes, c.opts.MaxObjects
+	limit := a.cd.Spec.TimeoutOrDefault()
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 	select {
 	case c.renders <- struct{}{}:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, renderCut(ctx, limit)
 	}
 	defer func() { <-c.renders }()
-	release, ok := c.store.Pin(a.artifact)
-	if !ok {
-		// The store evicted the artifact between the fetch and now.
-		art, _, err := a.source.fetch(ctx, a.revision)
-		if err != nil {
-			return nil, fmt.Errorf("fetch %s again: %w", a.revision, err)
-		}
-		a.artifact = art
-		if release, ok = c.store.Pin(art); !ok {
-			return nil, fmt.Errorf("fetch %s again: the artifact cache evicted it at once; raise --artifact-cache-max-bytes", a.revision)
+	res, err := render.BuildResult(ctx, a.artifact.FS, opts)
+	if err != nil && ctx.Err() != nil {
+		return nil, renderCut(ctx, limit)
+	}
+	return res, err
+}
+
+// renderCut is the error of a render that ctx ended: past spec.timeout
+// (retried), or the attempt's own end.
+func renderCut(ctx context.Context, limit time.Duration) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return failure.Retryable(render.ReasonRenderFailed,
+			fmt.Errorf("did not finish within %s (spec.timeout), waiting for a render slot (--max-concurrent-renders) included: %w", limit, ctx.Err()))
+	}
+	return ctx.Err()
+}
+
+// ReasonSourceNotServed: a deployment without spec.source in a namespace
+// the root source does not serve (docs/root-source.md). Like every reason
+// of a source failure, it starts with "Source".
+const ReasonSourceNotServed = "SourceRootNotServed"
+
+// rootNamespacesOf returns the namespaces whose deployments without a
+// source of their own read the root source: Capstan's own (home: the
+// pod's namespace, "" outside a pod), the one root deployments that name
+// none are created in (opts.Namespace), and those opts.Namespaces lists
+// (`capstan run --root-source-namespaces`). Any other namespace is a
+// tenant's: the root repository is the platform's, and so are its
+// credentials.
+func rootNamespacesOf(opts RootOptions, home string) map[string]bool {
+	out := map[string]bool{}
+	for _, ns := range append([]string{home, opts.Namespace}, opts.Namespaces...) {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			out[ns] = true
 		}
 	}
-	defer release()
-	return render.BuildResult(ctx, a.artifact.FS, opts)
+	return out
+}
+
+// rootServes reports whether the root source serves the deployments of
+// namespace ns that name no source of their own.
+func (c *sourceCache) rootServes(ns string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rootNamespaces[ns]
+}
+
+// notServed is the error of a deployment without a source in namespace ns,
+// which the root source does not serve.
+func (c *sourceCache) notServed(ns string) error {
+	c.mu.Lock()
+	served := slices.Sorted(maps.Keys(c.rootNamespaces))
+	c.mu.Unlock()
+	return failure.Stalled(ReasonSourceNotServed, fmt.Errorf("spec.source: not set, and the root source serves only ClusterDeployments in Capstan's namespace "+
+		"and those capstan run --root-source-namespaces lists (%s), not namespace %s: "+
+		"set spec.source.git.url or spec.source.oci.url to a repository of your own, or ask the platform to add %s to --root-source-namespaces",
+		strings.Join(served, ", "), ns, ns))
 }
 
 // sourceFor returns the source entry of a deployment: its own git or OCI
-// source, or the root source when it names none.
+// source, or the root source when it names none and its namespace is one
+// the root source serves (rootNamespacesOf).
 func (r *Reconciler) sourceFor(ctx context.Context, cd *capstanv1.ClusterDeployment) (*sourceEntry, error) {
 	spec := cd.Spec.Source
 	switch {
@@ -414,10 +498,13 @@ func (r *Reconciler) sourceFor(ctx context.Context, cd *capstanv1.ClusterDeploym
 	}
 	// A deployment that named a source of its own and no longer does
 	// gives up its share of it.
-	r.sources.forget(client.ObjectKeyFromObject(cd))
+	r.sources.leave(client.ObjectKeyFromObject(cd))
 	e, ok := r.sources.lookup(rootSourceKey)
 	if !ok {
 		return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source: not set, and the daemon runs without a root source (--source); set spec.source.git.url or spec.source.oci.url"))
+	}
+	if !r.sources.rootServes(cd.Namespace) {
+		return nil, r.sources.notServed(cd.Namespace)
 	}
 	return e, nil
 }
