@@ -6,7 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/failure"
 	"github.com/capstan-dev/capstan/render"
 	"github.com/capstan-dev/capstan/sources"
 	"github.com/capstan-dev/capstan/sources/git"
@@ -253,4 +257,46 @@ func (s *rootSource) forgetRemoved(ctx context.Context, keep map[client.ObjectKe
 			"clusterDeployment", cd.Namespace+"/"+cd.Name)
 	}
 	return errors.Join(errs...)
+}
+
+// ReasonSourceNotServed: a deployment without spec.source in a namespace
+// the root source does not serve (docs/root-source.md). Like every reason
+// of a source failure, it starts with "Source".
+const ReasonSourceNotServed = "SourceRootNotServed"
+
+// rootNamespacesOf returns the namespaces whose deployments without a
+// source of their own read the root source: Capstan's own (home: the
+// pod's namespace, "" outside a pod), the one root deployments that name
+// none are created in (opts.Namespace), and those opts.Namespaces lists
+// (`capstan run --root-source-namespaces`). Any other namespace is a
+// tenant's: the root repository is the platform's, and so are its
+// credentials.
+func rootNamespacesOf(opts RootOptions, home string) map[string]bool {
+	out := map[string]bool{}
+	for _, ns := range append([]string{home, opts.Namespace}, opts.Namespaces...) {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			out[ns] = true
+		}
+	}
+	return out
+}
+
+// rootServes reports whether the root source serves the deployments of
+// namespace ns that name no source of their own.
+func (c *sourceCache) rootServes(ns string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rootNamespaces[ns]
+}
+
+// notServed is the error of a deployment without a source in namespace ns,
+// which the root source does not serve.
+func (c *sourceCache) notServed(ns string) error {
+	c.mu.Lock()
+	served := slices.Sorted(maps.Keys(c.rootNamespaces))
+	c.mu.Unlock()
+	return failure.Stalled(ReasonSourceNotServed, fmt.Errorf("spec.source: not set, and the root source serves only ClusterDeployments in Capstan's namespace "+
+		"and those capstan run --root-source-namespaces lists (%s), not namespace %s: "+
+		"set spec.source.git.url or spec.source.oci.url to a repository of your own, or ask the platform to add %s to --root-source-namespaces",
+		strings.Join(served, ", "), ns, ns))
 }

@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,12 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/failure"
 	"github.com/capstan-dev/capstan/render"
 	"github.com/capstan-dev/capstan/sources"
-	"github.com/capstan-dev/capstan/sources/git"
-	"github.com/capstan-dev/capstan/sources/oci"
 )
 
 // rootSourceKey is the cache key of the daemon's root source.
@@ -439,165 +433,4 @@ func renderCut(ctx context.Context, limit time.Duration) error {
 			fmt.Errorf("did not finish within %s (spec.timeout), waiting for a render slot (--max-concurrent-renders) included: %w", limit, ctx.Err()))
 	}
 	return ctx.Err()
-}
-
-// ReasonSourceNotServed: a deployment without spec.source in a namespace
-// the root source does not serve (docs/root-source.md). Like every reason
-// of a source failure, it starts with "Source".
-const ReasonSourceNotServed = "SourceRootNotServed"
-
-// rootNamespacesOf returns the namespaces whose deployments without a
-// source of their own read the root source: Capstan's own (home: the
-// pod's namespace, "" outside a pod), the one root deployments that name
-// none are created in (opts.Namespace), and those opts.Namespaces lists
-// (`capstan run --root-source-namespaces`). Any other namespace is a
-// tenant's: the root repository is the platform's, and so are its
-// credentials.
-func rootNamespacesOf(opts RootOptions, home string) map[string]bool {
-	out := map[string]bool{}
-	for _, ns := range append([]string{home, opts.Namespace}, opts.Namespaces...) {
-		if ns = strings.TrimSpace(ns); ns != "" {
-			out[ns] = true
-		}
-	}
-	return out
-}
-
-// rootServes reports whether the root source serves the deployments of
-// namespace ns that name no source of their own.
-func (c *sourceCache) rootServes(ns string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.rootNamespaces[ns]
-}
-
-// notServed is the error of a deployment without a source in namespace ns,
-// which the root source does not serve.
-func (c *sourceCache) notServed(ns string) error {
-	c.mu.Lock()
-	served := slices.Sorted(maps.Keys(c.rootNamespaces))
-	c.mu.Unlock()
-	return failure.Stalled(ReasonSourceNotServed, fmt.Errorf("spec.source: not set, and the root source serves only ClusterDeployments in Capstan's namespace "+
-		"and those capstan run --root-source-namespaces lists (%s), not namespace %s: "+
-		"set spec.source.git.url or spec.source.oci.url to a repository of your own, or ask the platform to add %s to --root-source-namespaces",
-		strings.Join(served, ", "), ns, ns))
-}
-
-// sourceFor returns the source entry of a deployment: its own git or OCI
-// source, or the root source when it names none and its namespace is one
-// the root source serves (rootNamespacesOf).
-func (r *Reconciler) sourceFor(ctx context.Context, cd *capstanv1.ClusterDeployment) (*sourceEntry, error) {
-	spec := cd.Spec.Source
-	switch {
-	case spec != nil && spec.Git != nil && spec.OCI != nil:
-		return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source: set only one of git and oci"))
-	case spec != nil && spec.Git != nil:
-		return r.gitSourceFor(ctx, cd, spec.Git)
-	case spec != nil && spec.OCI != nil:
-		return r.ociSourceFor(ctx, cd, spec.OCI)
-	}
-	// A deployment that named a source of its own and no longer does
-	// gives up its share of it.
-	r.sources.leave(client.ObjectKeyFromObject(cd))
-	e, ok := r.sources.lookup(rootSourceKey)
-	if !ok {
-		return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source: not set, and the daemon runs without a root source (--source); set spec.source.git.url or spec.source.oci.url"))
-	}
-	if !r.sources.rootServes(cd.Namespace) {
-		return nil, r.sources.notServed(cd.Namespace)
-	}
-	return e, nil
-}
-
-func (r *Reconciler) gitSourceFor(ctx context.Context, cd *capstanv1.ClusterDeployment, spec *capstanv1.GitSource) (*sourceEntry, error) {
-	gr := spec.Ref
-	opts := git.Options{URL: spec.URL, Ref: git.Ref{Branch: gr.Branch, Tag: gr.Tag, SemVer: gr.SemVer, Commit: gr.Commit, Name: gr.Name}}
-	if gr == (capstanv1.GitRef{}) {
-		opts.Ref.Branch = git.DefaultBranch
-	}
-	key := fmt.Sprintf("git|%s|branch=%s|tag=%s|semver=%s|commit=%s|name=%s", opts.URL, opts.Ref.Branch, gr.Tag, gr.SemVer, gr.Commit, gr.Name)
-	if ref := spec.SecretRef; ref != nil {
-		secret, err := r.readSecret(ctx, cd, "spec.source.git.secretRef", ref.Name)
-		if err != nil {
-			return nil, err
-		}
-		if opts.Auth, err = git.AuthFromSecret(secret.Data); err != nil {
-			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.git.secretRef: Secret %s/%s: %w", cd.Namespace, ref.Name, err))
-		}
-		opts.CredentialsFrom.CA = sources.CAKeyOf("spec.source.git.secretRef", cd.Namespace+"/"+ref.Name)
-		key += fmt.Sprintf("|%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
-	}
-	if v := spec.Verify; v != nil {
-		secret, err := r.readSecret(ctx, cd, "spec.source.git.verify.secretRef", v.SecretRef.Name)
-		if err != nil {
-			return nil, err
-		}
-		opts.Verify = &git.Verify{}
-		for _, k := range slices.Sorted(maps.Keys(secret.Data)) {
-			switch {
-			case strings.HasSuffix(k, ".asc"):
-				opts.Verify.OpenPGPKeyRings = append(opts.Verify.OpenPGPKeyRings, string(secret.Data[k]))
-			case strings.HasSuffix(k, ".pub"), k == "authorized_keys":
-				opts.Verify.SSHKeys = append(opts.Verify.SSHKeys, secret.Data[k])
-			}
-		}
-		if len(opts.Verify.OpenPGPKeyRings)+len(opts.Verify.SSHKeys) == 0 {
-			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.git.verify.secretRef: Secret %s/%s has no key ending in .asc (OpenPGP) or .pub (SSH)",
-				cd.Namespace, v.SecretRef.Name))
-		}
-		key += fmt.Sprintf("|verify=%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
-	}
-	opts.Limits, opts.CacheDir = r.sources.limits, r.sources.store.Dir()
-	return r.sources.get(key, client.ObjectKeyFromObject(cd), func() (sources.Source, error) {
-		src, err := git.New(opts)
-		if err != nil {
-			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.git: %w", err))
-		}
-		return src, nil
-	})
-}
-
-func (r *Reconciler) ociSourceFor(ctx context.Context, cd *capstanv1.ClusterDeployment, spec *capstanv1.OCISource) (*sourceEntry, error) {
-	opts := oci.Options{
-		URL:      spec.URL,
-		Ref:      oci.Ref{Tag: spec.Ref.Tag, SemVer: spec.Ref.SemVer, Digest: spec.Ref.Digest},
-		Insecure: spec.Insecure,
-	}
-	key := fmt.Sprintf("oci|%s|tag=%s|semver=%s|digest=%s|insecure=%t", opts.URL, opts.Ref.Tag, opts.Ref.SemVer, opts.Ref.Digest, opts.Insecure)
-	if ref := spec.SecretRef; ref != nil {
-		secret, err := r.readSecret(ctx, cd, "spec.source.oci.secretRef", ref.Name)
-		if err != nil {
-			return nil, err
-		}
-		if opts.Auth, err = ociAuthFromSecret(secret); err != nil {
-			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.oci.secretRef: Secret %s/%s: %w", cd.Namespace, ref.Name, err))
-		}
-		key += fmt.Sprintf("|%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
-	}
-	if v := spec.Verify; v != nil {
-		secret, err := r.readSecret(ctx, cd, "spec.source.oci.verify.secretRef", v.SecretRef.Name)
-		if err != nil {
-			return nil, err
-		}
-		opts.Verify = &oci.Verify{}
-		for _, k := range slices.Sorted(maps.Keys(secret.Data)) {
-			if strings.HasSuffix(k, ".pub") {
-				opts.Verify.PublicKeys = append(opts.Verify.PublicKeys, secret.Data[k])
-			}
-		}
-		if len(opts.Verify.PublicKeys) == 0 {
-			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.oci.verify.secretRef: Secret %s/%s has no key ending in .pub: create it with kubectl create secret generic %s --from-file=cosign.pub",
-				cd.Namespace, v.SecretRef.Name, v.SecretRef.Name))
-		}
-		key += fmt.Sprintf("|verify=%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
-	}
-	opts.Limits, opts.CacheDir = r.sources.limits, r.sources.store.Dir()
-	opts.MaxDownloadBytes = r.sources.opts.MaxArtifactBytes
-	return r.sources.get(key, client.ObjectKeyFromObject(cd), func() (sources.Source, error) {
-		src, err := oci.New(opts)
-		if err != nil {
-			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.oci: %w", err))
-		}
-		return src, nil
-	})
 }
