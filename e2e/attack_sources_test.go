@@ -120,20 +120,13 @@ func TestAttackStatusBranchWithRootCredentials(t *testing.T) {
 	waitDeployment(t, c, home, "alpha", "Ready", isReady)
 	waitDeployment(t, c, home, "beta", "Ready", isReady)
 	waitStatusFile(t, gitSrv, home, home, "alpha", "Ready on the configured status branch", func(f *report.File) bool { return f.Phase == report.PhaseReady })
-	waitFor(t, "a StatusCommitRejected event on beta naming --status-branch", func() (bool, error) {
-		msg := eventMessages(t, c, home, "beta", "StatusCommitRejected")
-		return strings.Contains(msg, "--status-branch") && strings.Contains(msg, "release"), fmt.Errorf("events: %q", msg)
-	})
-	if out, ok := repoGit(gitSrv, home, "rev-parse", "--verify", "refs/heads/release"); ok {
-		t.Errorf("a status commit was pushed to branch release with the root credentials: %s", out)
-	}
 	waitDeployment(t, c, tenant, "intruder", "Stalled", func(cd *capstanv1.ClusterDeployment) bool {
 		s := condition(cd, capstanv1.ConditionStalled)
 		return s != nil && s.Status == metav1.ConditionTrue
 	})
-	// A new commit makes alpha report again, to the address the tenant
-	// asked for: once its file shows that revision, a commit of the
-	// tenant's status, queued before, would have gone with it.
+	// A new commit makes alpha report again: once its file shows that
+	// revision, the reporter has had a window after beta's and the
+	// tenant's statuses were queued, and would have pushed them.
 	next, err := gitSrv.Commit(home, gitserver.DefaultBranch, map[string]string{"README": "a new revision\n"}, "touch")
 	if err != nil {
 		t.Fatal(err)
@@ -141,9 +134,20 @@ func TestAttackStatusBranchWithRootCredentials(t *testing.T) {
 	waitStatusFile(t, gitSrv, home, home, "alpha", "Ready at the new revision", func(f *report.File) bool {
 		return f.Phase == report.PhaseReady && f.Revision == "main@sha1:"+next
 	})
+	if out, ok := repoGit(gitSrv, home, "log", "--format=%h %an: %s", "refs/heads/release"); ok {
+		t.Errorf("status commits were pushed to branch release with the root credentials:\n%s", out)
+	}
 	if f, raw := statusFile(t, gitSrv, home, tenant, "intruder"); f != nil {
 		t.Errorf("the tenant's status was committed with the root credentials:\n%s", raw)
 	}
+	waitFor(t, "a StatusCommitRejected event on beta naming --status-branch", func() (bool, error) {
+		msg := eventMessages(t, c, home, "beta", "StatusCommitRejected")
+		return strings.Contains(msg, "--status-branch") && strings.Contains(msg, "release"), fmt.Errorf("events: %q", msg)
+	})
+	waitFor(t, "a StatusCommitRejected event on the tenant's deployment", func() (bool, error) {
+		msg := eventMessages(t, c, tenant, "intruder", "StatusCommitRejected")
+		return strings.Contains(msg, tenant) && strings.Contains(msg, "secretRef"), fmt.Errorf("events: %q", msg)
+	})
 }
 
 // trickle is a git http server that answers one byte per second: it

@@ -201,9 +201,12 @@ func (r *Reconciler) runSteps(ctx context.Context, a *attempt) (reconcile.Result
 	// Dependencies are checked before anything is fetched or rendered: a
 	// deployment waiting for another costs one remote check and the reads
 	// of its dependencies.
-	// The preflight's dry runs are a batch of API requests: bounded by
-	// spec.timeout like the stages' (docs/deadlines.md).
-	steps := []step{r.checkSource, r.checkDependencies, r.fetchArtifact, r.renderObjects, r.buildPlan, r.driftOnly, bounded(r.preflight), r.walkStages}
+	// Each step but the walk is a batch of API requests (the preflight's
+	// dry runs, drift corrections, Secret reads) or waits for nothing
+	// remote: bounded by spec.timeout. The walk bounds each batch of its
+	// own and waits for stages as long as they must (docs/deadlines.md).
+	steps := []step{bounded(r.checkSource), bounded(r.checkDependencies), bounded(r.fetchArtifact), bounded(r.renderObjects),
+		r.buildPlan, bounded(r.driftOnly), bounded(r.preflight), r.walkStages}
 	defer a.unpin()
 	for _, s := range steps {
 		done, err := s(ctx, a)
@@ -266,13 +269,13 @@ func (r *Reconciler) checkSource(ctx context.Context, a *attempt) (bool, error) 
 	if a.refetch && r.sources.refetchOnce(key, a.requested) {
 		r.refetch(a)
 	}
-	begin := time.Now()
-	rev, pending, err := src.revisionFor(key, revisionMaxAge(a.cd), a.cd.Spec.TimeoutOrDefault())
+	ans, pending := src.revisionFor(key, revisionMaxAge(a.cd), a.cd.Spec.TimeoutOrDefault())
 	if pending {
 		return r.waitForSource(a)
 	}
+	rev, err := ans.revision, ans.err
 	r.metrics.ObserveSource(a.cd, metrics.SourceObservation{
-		Operation: metrics.SourceRevision, Duration: time.Since(begin), Revision: rev, Interval: interval(a.cd), Err: err,
+		Operation: metrics.SourceRevision, Duration: ans.took, Revision: rev, Interval: interval(a.cd), Err: err,
 	})
 	if err != nil {
 		a.sourceFailed = true
@@ -339,37 +342,37 @@ func (r *Reconciler) correctIfDrifted(ctx context.Context, a *attempt) (bool, er
 }
 
 func (r *Reconciler) fetchArtifact(ctx context.Context, a *attempt) (bool, error) {
-	begin := time.Now()
-	art, fetched, pending, err := a.source.fetchFor(client.ObjectKeyFromObject(a.cd), a.revision, a.cd.Spec.TimeoutOrDefault())
+	key, limit := client.ObjectKeyFromObject(a.cd), a.cd.Spec.TimeoutOrDefault()
+	ans, pending := a.source.fetchFor(key, a.revision, limit)
 	if pending {
 		return r.waitForSource(a)
 	}
-	if fetched {
-		o := metrics.SourceObservation{Operation: metrics.SourceFetch, Duration: time.Since(begin), Interval: interval(a.cd), Err: err}
-		if err == nil {
-			o.Revision = art.Revision
+	if ans.fetched {
+		o := metrics.SourceObservation{Operation: metrics.SourceFetch, Duration: ans.took, Interval: interval(a.cd), Err: ans.err}
+		if ans.err == nil {
+			o.Revision = ans.artifact.Revision
 		}
 		r.metrics.ObserveSource(a.cd, o)
-	}
-	if err != nil {
-		a.sourceFailed = true
-		return false, fmt.Errorf("fetch %s: %w", a.revision, sources.Unavailable(err))
-	}
-	if fetched {
 		r.fetches.Add(1)
 	}
+	if ans.err != nil {
+		a.sourceFailed = true
+		return false, fmt.Errorf("fetch %s: %w", a.revision, sources.Unavailable(ans.err))
+	}
 	// The artifact stays on disk until the attempt is done with it.
+	art := ans.artifact
 	release, ok := r.sources.store.Pin(art)
 	if !ok {
-		// Evicted (or replaced by a newer fetch) since it was fetched:
+		// Evicted, or replaced by a newer fetch, since it was fetched:
 		// fetch what the store lacks.
-		if art, _, pending, err = a.source.fetchFor(client.ObjectKeyFromObject(a.cd), a.revision, a.cd.Spec.TimeoutOrDefault()); pending || err != nil {
-			if err != nil {
-				a.sourceFailed = true
-				return false, fmt.Errorf("fetch %s: %w", a.revision, sources.Unavailable(err))
-			}
+		if ans, pending = a.source.fetchFor(key, a.revision, limit); pending {
 			return r.waitForSource(a)
 		}
+		if ans.err != nil {
+			a.sourceFailed = true
+			return false, fmt.Errorf("fetch %s: %w", a.revision, sources.Unavailable(ans.err))
+		}
+		art = ans.artifact
 		if release, ok = r.sources.store.Pin(art); !ok {
 			return false, fmt.Errorf("fetch %s: the artifact cache evicted it at once; raise --artifact-cache-max-bytes", a.revision)
 		}

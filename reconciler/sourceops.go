@@ -57,7 +57,10 @@ type sourceAnswer struct {
 	// fetched is set for the one deployment whose attempt started the
 	// fetch: the fetch counts once, however many waited for it.
 	fetched bool
-	err     error
+	// took is how long the remote took to answer; zero for an answer
+	// from the cache or the store.
+	took time.Duration
+	err  error
 }
 
 // sourceOp is one operation under way.
@@ -120,40 +123,40 @@ func (e *sourceEntry) dropAnswers(user types.NamespacedName) {
 // (a check starts, or is joined, under limit; user is woken when it
 // ends). A thousand deployments on one repository then ask it about once
 // per maxAge between them, not a thousand times per interval.
-func (e *sourceEntry) revisionFor(user types.NamespacedName, maxAge, limit time.Duration) (rev string, pending bool, err error) {
+func (e *sourceEntry) revisionFor(user types.NamespacedName, maxAge, limit time.Duration) (ans sourceAnswer, pending bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if a, ok := e.takeAnswer(user, opCheck); ok {
-		return a.revision, false, a.err
+		return a, false
 	}
 	now := time.Now()
 	if rev, ok := e.fresh(maxAge, now); ok {
-		return rev, false, nil
+		return sourceAnswer{revision: rev}, false
 	}
 	e.await(opCheck, user, maxAge, limit, "", now)
-	return "", true, nil
+	return sourceAnswer{}, true
 }
 
 // fetchFor is the fetch of a reconcile of user, which never waits for
 // the remote: the answer of the fetch user waited for, else the
 // artifact at revision when the store holds it, else the refusal of
 // revision, else pending (a fetch starts, or is joined, under limit;
-// user is woken when it ends). fetched tells whether user's attempt made
-// the remote send content.
-func (e *sourceEntry) fetchFor(user types.NamespacedName, revision string, limit time.Duration) (art *sources.Artifact, fetched, pending bool, err error) {
+// user is woken when it ends). The answer's fetched tells whether user's
+// attempt made the remote send content.
+func (e *sourceEntry) fetchFor(user types.NamespacedName, revision string, limit time.Duration) (ans sourceAnswer, pending bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if a, ok := e.takeAnswer(user, opFetch); ok {
-		return a.artifact, a.fetched, false, a.err
+		return a, false
 	}
 	if art, ok := e.store.Get(e.key, revision); ok {
-		return art, false, false, nil
+		return sourceAnswer{artifact: art}, false
 	}
 	if revision != "" && revision == e.refused {
-		return nil, false, false, e.refusal
+		return sourceAnswer{err: e.refusal}, false
 	}
 	e.await(opFetch, user, 0, limit, revision, time.Now())
-	return nil, false, true, nil
+	return sourceAnswer{}, true
 }
 
 // await makes user wait for an operation of kind: the one under way,
@@ -196,6 +199,7 @@ func (e *sourceEntry) run(op *sourceOp) {
 		ans.artifact, ans.err = e.source.Fetch(ctx)
 		ans.fetched = ans.err != nil || ans.artifact != nil
 	}
+	ans.took = time.Since(op.started)
 	if ans.err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && base.Err() == nil {
 		ans.err = sources.TimedOut(op.kind.String(), e.url, op.limit, ans.err)
 	}

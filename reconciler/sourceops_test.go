@@ -61,29 +61,30 @@ func TestStuckSourceHoldsNoReconcile(t *testing.T) {
 
 	// Stuck for as long as the test runs.
 	stuck := &stuckSource{url: "https://stuck.example/infra.git"}
-	if _, pending, err := entry(a, "stuck", stuck).revisionFor(a, time.Minute, time.Hour); !pending || err != nil {
-		t.Fatalf("check of a stuck source = pending %v, %v; want pending at once", pending, err)
+	if ans, pending := entry(a, "stuck", stuck).revisionFor(a, time.Minute, time.Hour); !pending {
+		t.Fatalf("check of a stuck source = %+v; want pending at once", ans)
 	}
 	fast := entry(healthy, "fast", &diskSource{dir: c.store.Dir()})
-	if _, pending, err := fast.revisionFor(healthy, time.Minute, time.Hour); !pending || err != nil {
-		t.Fatalf("first check of a healthy source = pending %v, %v; want pending", pending, err)
+	if ans, pending := fast.revisionFor(healthy, time.Minute, time.Hour); !pending {
+		t.Fatalf("first check of a healthy source = %+v; want pending", ans)
 	}
 	wakeOf(healthy)
-	if rev, pending, err := fast.revisionFor(healthy, time.Minute, time.Hour); pending || err != nil || rev != "r1" {
-		t.Errorf("check of a healthy source while another is stuck = %q, pending %v, %v; want r1", rev, pending, err)
+	if ans, pending := fast.revisionFor(healthy, time.Minute, time.Hour); pending || ans.err != nil || ans.revision != "r1" {
+		t.Errorf("check of a healthy source while another is stuck = %+v, pending %v; want r1", ans, pending)
 	}
 
 	// Cut by its deadline.
 	slow := &stuckSource{url: "https://slow.example/infra.git"}
 	const limit = 300 * time.Millisecond
 	for _, user := range []types.NamespacedName{a, b} {
-		if _, pending, err := entry(user, "slow", slow).revisionFor(user, time.Minute, limit); !pending || err != nil {
-			t.Fatalf("%s: check of a slow source = pending %v, %v; want pending at once", user.Name, pending, err)
+		if ans, pending := entry(user, "slow", slow).revisionFor(user, time.Minute, limit); !pending {
+			t.Fatalf("%s: check of a slow source = %+v; want pending at once", user.Name, ans)
 		}
 	}
 	for _, user := range []types.NamespacedName{a, b} {
 		wakeOf(user)
-		_, pending, err := entry(user, "slow", slow).revisionFor(user, time.Minute, limit)
+		ans, pending := entry(user, "slow", slow).revisionFor(user, time.Minute, limit)
+		err := ans.err
 		if pending || err == nil {
 			t.Fatalf("%s after the wake: pending %v, %v; want the timeout", user.Name, pending, err)
 		}
@@ -95,7 +96,7 @@ func TestStuckSourceHoldsNoReconcile(t *testing.T) {
 		}
 	}
 	// Taken once: the next attempt asks the remote again.
-	if _, pending, _ := entry(a, "slow", slow).revisionFor(a, time.Minute, limit); !pending {
+	if _, pending := entry(a, "slow", slow).revisionFor(a, time.Minute, limit); !pending {
 		t.Error("a failed check's answer was handed out twice; the next attempt must ask again")
 	}
 }
@@ -114,8 +115,8 @@ func TestFetchIsSharedAndCountedOnce(t *testing.T) {
 		if e, err = c.get("repo", user, func() (sources.Source, error) { return src, nil }); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, pending, err := e.fetchFor(user, "r1", time.Minute); !pending || err != nil {
-			t.Fatalf("%s: fetch = pending %v, %v; want pending", user.Name, pending, err)
+		if ans, pending := e.fetchFor(user, "r1", time.Minute); !pending {
+			t.Fatalf("%s: fetch = %+v; want pending", user.Name, ans)
 		}
 	}
 	close(src.gate)
@@ -128,11 +129,11 @@ func TestFetchIsSharedAndCountedOnce(t *testing.T) {
 	}
 	fetchedBy := 0
 	for _, user := range []types.NamespacedName{a, b} {
-		art, fetched, pending, err := e.fetchFor(user, "r1", time.Minute)
-		if pending || err != nil || art == nil || art.Revision != "r1" {
-			t.Fatalf("%s after the wake: %v, pending %v, %v; want the artifact", user.Name, art, pending, err)
+		ans, pending := e.fetchFor(user, "r1", time.Minute)
+		if pending || ans.err != nil || ans.artifact == nil || ans.artifact.Revision != "r1" {
+			t.Fatalf("%s after the wake: %+v, pending %v; want the artifact", user.Name, ans, pending)
 		}
-		if fetched {
+		if ans.fetched {
 			fetchedBy++
 		}
 	}
