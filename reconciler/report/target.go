@@ -30,9 +30,11 @@ type address struct {
 }
 
 // key identifies the repository, branch and credentials: the deployments
-// of one key share commits.
+// of one key share commits. A refused address is a key of its own, so
+// that a deployment refused (a tenant asking for the root's credentials)
+// never shares a batch, and its refusal, with one that may commit there.
 func (a address) key() string {
-	return fmt.Sprintf("%s|%s|%s|%t", a.url, a.branch, a.secret, a.root)
+	return fmt.Sprintf("%s|%s|%s|%t|%s", a.url, a.branch, a.secret, a.root, a.reject)
 }
 
 // readRef is a branch of a repository someone reads.

@@ -73,3 +73,28 @@ func TestRootCredentialsCommitOnlyToTheStatusBranch(t *testing.T) {
 		})
 	}
 }
+
+// A deployment refused the root's credentials never shares a batch with
+// one that may use them: the refusal stays its own, and the other's
+// status is committed.
+func TestRootRefusalDoesNotSpreadToItsBatch(t *testing.T) {
+	repo := newRepo(t)
+	r, rec := startReporter(t, repo, func(o *Options) { o.Settle = time.Second })
+	intruder := deployment("intruder", 1)
+	intruder.Namespace = "team-a"
+	intruder.Spec.Report = &capstanv1.ReportSpec{GitStatus: &capstanv1.GitStatusReport{URL: server.HTTPURL(repo), Branch: "capstan/status"}}
+	r.Notify(intruder)
+	r.Notify(deployment("alpha", 1))
+	waitBranch(t, repo, "status/fleet/alpha.yaml", "currentStage: Stage1")
+	if out, err := gitTry(repo, "show", "capstan/status:status/team-a/intruder.yaml"); err == nil {
+		t.Errorf("the tenant's status was committed with the root's credentials:\n%s", out)
+	}
+	select {
+	case e := <-rec.Events:
+		if !strings.Contains(e, "StatusCommitRejected") || !strings.Contains(e, "team-a") {
+			t.Errorf("event %q, want a StatusCommitRejected naming team-a", e)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no event for the tenant after a minute")
+	}
+}
