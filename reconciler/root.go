@@ -31,6 +31,10 @@ const RootLabel = "capstan.dev/root"
 // RootFileAnnotation records the file a root ClusterDeployment came from.
 const RootFileAnnotation = "capstan.dev/source-file"
 
+// defaultRootNamespace is where root ClusterDeployments that name no
+// namespace go when RootOptions.Namespace is not set.
+const defaultRootNamespace = "capstan-system"
+
 // rootFieldManager applies root ClusterDeployments, apart from the
 // reconciler's own status writes.
 const rootFieldManager = "capstan-root"
@@ -107,7 +111,7 @@ func newRootSource(opts RootOptions, c client.Client, cache *sourceCache, home s
 		opts.Branch = "main"
 	}
 	if opts.Namespace == "" {
-		opts.Namespace = "capstan-system"
+		opts.Namespace = defaultRootNamespace
 	}
 	if opts.Interval <= 0 {
 		opts.Interval = DefaultInterval
@@ -273,6 +277,9 @@ const ReasonSourceNotServed = "SourceRootNotServed"
 // credentials.
 func rootNamespacesOf(opts RootOptions, home string) map[string]bool {
 	out := map[string]bool{}
+	if opts.Namespace == "" {
+		opts.Namespace = defaultRootNamespace
+	}
 	for _, ns := range append([]string{home, opts.Namespace}, opts.Namespaces...) {
 		if ns = strings.TrimSpace(ns); ns != "" {
 			out[ns] = true

@@ -174,6 +174,7 @@ func TestRootSourceNamespaces(t *testing.T) {
 		{"a tenant's namespace", "capstan-system", RootOptions{Namespace: "capstan-system", Namespaces: []string{"team-a"}}, "team-c", false},
 		{"outside a pod, a tenant's namespace", "", RootOptions{Namespace: "capstan-system"}, "team-a", false},
 		{"the empty namespace is never served", "", RootOptions{Namespaces: []string{" "}}, "", false},
+		{"no namespace given: capstan-system", "", RootOptions{}, "capstan-system", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
