@@ -120,9 +120,10 @@ func TestAttackStatusBranchWithRootCredentials(t *testing.T) {
 	waitDeployment(t, c, home, "alpha", "Ready", isReady)
 	waitDeployment(t, c, home, "beta", "Ready", isReady)
 	waitStatusFile(t, gitSrv, home, home, "alpha", "Ready on the configured status branch", func(f *report.File) bool { return f.Phase == report.PhaseReady })
-	waitDeployment(t, c, tenant, "intruder", "Stalled", func(cd *capstanv1.ClusterDeployment) bool {
-		s := condition(cd, capstanv1.ConditionStalled)
-		return s != nil && s.Status == metav1.ConditionTrue
+	// Whatever its fate (it stalls: TestAttackTenantWithoutSourceReadsRoot),
+	// the tenant's status is written, and handed to the reporter.
+	waitDeployment(t, c, tenant, "intruder", "a status", func(cd *capstanv1.ClusterDeployment) bool {
+		return condition(cd, capstanv1.ConditionReady) != nil
 	})
 	// A new commit makes alpha report again: once its file shows that
 	// revision, the reporter has had a window after beta's and the

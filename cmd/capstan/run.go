@@ -271,11 +271,12 @@ func newRunCommand() *cobra.Command {
 					return fmt.Errorf("--default-service-account %q is not a ServiceAccount name: %s", sa, strings.Join(errs, "; "))
 				}
 			}
-			cfg, err := cluster.restConfig()
+			// The flags are checked before the cluster is reached.
+			rootOpts, err := root.options(limits.opts)
 			if err != nil {
 				return err
 			}
-			rootOpts, err := root.options(limits.opts)
+			cfg, err := cluster.restConfig()
 			if err != nil {
 				return err
 			}
