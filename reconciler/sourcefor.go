@@ -6,11 +6,13 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/failure"
+	"github.com/capstan-dev/capstan/reconciler/metrics"
 	"github.com/capstan-dev/capstan/sources"
 	"github.com/capstan-dev/capstan/sources/git"
 	"github.com/capstan-dev/capstan/sources/oci"
@@ -133,4 +135,84 @@ func (r *Reconciler) ociSourceFor(ctx context.Context, cd *capstanv1.ClusterDepl
 		}
 		return src, nil
 	})
+}
+
+// fetchArtifact takes the content at the attempt's revision: from the
+// store, or from the fetch the deployment waited for; otherwise the
+// attempt ends waiting for a fetch (waitForSource). The artifact is
+// pinned until the attempt ends.
+func (r *Reconciler) fetchArtifact(ctx context.Context, a *attempt) (bool, error) {
+	key, limit := client.ObjectKeyFromObject(a.cd), a.cd.Spec.TimeoutOrDefault()
+	ans, pending := a.source.fetchFor(key, a.revision, limit)
+	if pending {
+		return r.waitForSource(a)
+	}
+	if ans.fetched {
+		o := metrics.SourceObservation{Operation: metrics.SourceFetch, Duration: ans.took, Interval: interval(a.cd), Err: ans.err}
+		if ans.err == nil {
+			o.Revision = ans.artifact.Revision
+		}
+		r.metrics.ObserveSource(a.cd, o)
+		r.fetches.Add(1)
+	}
+	if ans.err != nil {
+		a.sourceFailed = true
+		return false, fmt.Errorf("fetch %s: %w", a.revision, sources.Unavailable(ans.err))
+	}
+	// The artifact stays on disk until the attempt is done with it.
+	art := ans.artifact
+	release, ok := r.sources.store.Pin(art)
+	if !ok {
+		// Evicted, or replaced by a newer fetch, since it was fetched:
+		// fetch what the store lacks.
+		if ans, pending = a.source.fetchFor(key, a.revision, limit); pending {
+			return r.waitForSource(a)
+		}
+		if ans.err != nil {
+			a.sourceFailed = true
+			return false, fmt.Errorf("fetch %s: %w", a.revision, sources.Unavailable(ans.err))
+		}
+		art = ans.artifact
+		if release, ok = r.sources.store.Pin(art); !ok {
+			return false, fmt.Errorf("fetch %s: the artifact cache evicted it at once; raise --artifact-cache-max-bytes", a.revision)
+		}
+	}
+	a.artifact, a.release = art, release
+	// The remote may have moved between the check and the fetch; the
+	// artifact's revision is the one that is rendered and recorded.
+	a.revision = art.Revision
+	return false, nil
+}
+
+// waitForSource ends an attempt that waits for an operation on its
+// source (sourceops.go): the attempt writes nothing and holds no worker;
+// the operation's end wakes the deployment, and should that wake be
+// lost, the deployment comes back once the operation's deadline passed.
+func (r *Reconciler) waitForSource(a *attempt) (bool, error) {
+	a.pending = true
+	a.requeue = a.cd.Spec.TimeoutOrDefault() + sourceWakeSlack
+	return true, nil
+}
+
+// sourceWakeSlack is how long after a source operation's deadline a
+// deployment that waits for it comes back by itself.
+const sourceWakeSlack = 10 * time.Second
+
+// unpin lets the store evict the attempt's artifact.
+func (a *attempt) unpin() {
+	if a.release != nil {
+		a.release()
+		a.release = nil
+	}
+}
+
+// bounded runs s under the deployment's spec.timeout: a batch of API
+// requests that does not end in time fails the attempt, which is
+// retried, instead of holding its worker.
+func bounded(s step) step {
+	return func(ctx context.Context, a *attempt) (bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, a.cd.Spec.TimeoutOrDefault())
+		defer cancel()
+		return s(ctx, a)
+	}
 }
