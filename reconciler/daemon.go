@@ -241,6 +241,9 @@ func New(opts Options) (*Daemon, error) {
 		workers = 4
 	}
 	pushes := make(chan event.GenericEvent, 64)
+	// A source operation that ends wakes the deployments waiting for it
+	// (sourceops.go).
+	srcs.wakeInto(pushes)
 	drifts := make(chan event.GenericEvent, 1024)
 	meta, err := metadata.NewForConfig(opts.Config)
 	if err != nil {
@@ -282,7 +285,7 @@ func New(opts Options) (*Daemon, error) {
 	}
 	d := &Daemon{manager: mgr, reconciler: r, stop: make(chan struct{}), done: make(chan struct{}), identity: id, shard: shard, logger: opts.Logger}
 	if opts.Root != nil {
-		root, err := newRootSource(*opts.Root, mgr.GetClient(), r.sources)
+		root, err := newRootSource(*opts.Root, mgr.GetClient(), r.sources, opts.LeaderElection.homeNamespace())
 		if err != nil {
 			return nil, fmt.Errorf("new daemon: %w", err)
 		}

@@ -89,9 +89,17 @@ func (r *Reconciler) behindSource(ctx context.Context, a *attempt, other *capsta
 		if err != nil {
 			return "its source: " + err.Error()
 		}
-		if current, err = src.revision(ctx, revisionMaxAge(other)); err != nil {
-			return "its source: " + err.Error()
+		// Never waited for here: a slow source of other's must not hold
+		// this deployment's worker (docs/deadlines.md). The check's end
+		// wakes this deployment.
+		ans, pending := src.revisionFor(client.ObjectKeyFromObject(a.cd), revisionMaxAge(other), other.Spec.TimeoutOrDefault())
+		switch {
+		case pending:
+			return "its source is being checked"
+		case ans.err != nil:
+			return "its source: " + ans.err.Error()
 		}
+		current = ans.revision
 	}
 	if current != other.Status.Revision {
 		return fmt.Sprintf("Ready at %s, its source is at %s", other.Status.Revision, current)

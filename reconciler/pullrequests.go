@@ -125,6 +125,11 @@ func (p *prPlanner) PlanHead(ctx context.Context, cd *capstanv1.ClusterDeploymen
 			}
 			in.Secret = cd.Namespace + "/" + sr.Name
 		}
+	case src == nil && p.rootURL != "" && !p.r.sources.rootServes(cd.Namespace):
+		// Nothing of the root repository is read for a deployment the
+		// root source does not serve (docs/root-source.md).
+		res.Err = p.r.sources.notServed(cd.Namespace)
+		return res, nil
 	case src == nil && p.rootURL != "":
 		in.URL, in.Auth = p.rootURL, p.rootAuth
 	default:

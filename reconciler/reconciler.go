@@ -135,6 +135,17 @@ type attempt struct {
 	// or waits for its cluster: the walk recorded it in the stage's
 	// status, the Ready condition and a StageFailed event already.
 	stageRecorded bool
+	// requested is the reconcile request the attempt answers, "" for
+	// none (requests.go).
+	requested string
+	// pending is set when the attempt ended to wait for its source (a
+	// check or fetch under way in the source cache, sourceops.go): it
+	// wrote nothing, answered no request, and is woken when the source
+	// answers.
+	pending bool
+	// release lets the store evict the artifact once the attempt is done
+	// with it; nil when none is pinned.
+	release func()
 }
 
 // step is one part of a reconcile. done ends the walk early without error.
@@ -173,8 +184,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	begin := time.Now()
 	requested, refetch := pendingRequest(cd)
-	a := &attempt{cd: cd, outcome: metrics.OutcomeSuccess, refetch: refetch}
+	a := &attempt{cd: cd, outcome: metrics.OutcomeSuccess, refetch: refetch, requested: requested}
 	res, err := r.runSteps(ctx, a)
+	if a.pending {
+		// Nothing was decided: the attempt that takes the source's
+		// answer answers the request.
+		return res, err
+	}
 	r.markHandled(ctx, a.cd, requested)
 	r.metrics.RecordStages(a.cd)
 	r.metrics.ObserveReconcile(a.cd, time.Since(begin), a.outcome)
@@ -185,7 +201,13 @@ func (r *Reconciler) runSteps(ctx context.Context, a *attempt) (reconcile.Result
 	// Dependencies are checked before anything is fetched or rendered: a
 	// deployment waiting for another costs one remote check and the reads
 	// of its dependencies.
-	steps := []step{r.checkSource, r.checkDependencies, r.fetchArtifact, r.renderObjects, r.buildPlan, r.driftOnly, r.preflight, r.walkStages}
+	// Each step but the walk is a batch of API requests (the preflight's
+	// dry runs, drift corrections, Secret reads) or waits for nothing
+	// remote: bounded by spec.timeout. The walk bounds each batch of its
+	// own and waits for stages as long as they must (docs/deadlines.md).
+	steps := []step{bounded(r.checkSource), bounded(r.checkDependencies), bounded(r.fetchArtifact), bounded(r.renderObjects),
+		r.buildPlan, bounded(r.driftOnly), bounded(r.preflight), r.walkStages}
+	defer a.unpin()
 	for _, s := range steps {
 		done, err := s(ctx, a)
 		if err != nil {
@@ -243,13 +265,17 @@ func (r *Reconciler) checkSource(ctx context.Context, a *attempt) (bool, error) 
 		return false, err
 	}
 	a.source = src
-	if a.refetch {
+	key := client.ObjectKeyFromObject(a.cd)
+	if a.refetch && r.sources.refetchOnce(key, a.requested) {
 		r.refetch(a)
 	}
-	begin := time.Now()
-	rev, err := src.revision(ctx, revisionMaxAge(a.cd))
+	ans, pending := src.revisionFor(key, revisionMaxAge(a.cd), a.cd.Spec.TimeoutOrDefault())
+	if pending {
+		return r.waitForSource(a)
+	}
+	rev, err := ans.revision, ans.err
 	r.metrics.ObserveSource(a.cd, metrics.SourceObservation{
-		Operation: metrics.SourceRevision, Duration: time.Since(begin), Revision: rev, Interval: interval(a.cd), Err: err,
+		Operation: metrics.SourceRevision, Duration: ans.took, Revision: rev, Interval: interval(a.cd), Err: err,
 	})
 	if err != nil {
 		a.sourceFailed = true
@@ -315,30 +341,6 @@ func (r *Reconciler) correctIfDrifted(ctx context.Context, a *attempt) (bool, er
 	return false, nil
 }
 
-func (r *Reconciler) fetchArtifact(ctx context.Context, a *attempt) (bool, error) {
-	begin := time.Now()
-	art, fetched, err := a.source.fetch(ctx, a.revision)
-	if fetched {
-		o := metrics.SourceObservation{Operation: metrics.SourceFetch, Duration: time.Since(begin), Interval: interval(a.cd), Err: err}
-		if err == nil {
-			o.Revision = art.Revision
-		}
-		r.metrics.ObserveSource(a.cd, o)
-	}
-	if err != nil {
-		a.sourceFailed = true
-		return false, fmt.Errorf("fetch %s: %w", a.revision, sources.Unavailable(err))
-	}
-	if fetched {
-		r.fetches.Add(1)
-	}
-	a.artifact = art
-	// The remote may have moved between the check and the fetch; the
-	// artifact's revision is the one that is rendered and recorded.
-	a.revision = art.Revision
-	return false, nil
-}
-
 func (r *Reconciler) renderObjects(ctx context.Context, a *attempt) (bool, error) {
 	if p, ok := r.plans.get(client.ObjectKeyFromObject(a.cd), a.revision, a.cd.Generation); ok {
 		a.objects, a.plan, a.planned = p.objects, p.plan, true
@@ -365,6 +367,7 @@ func (r *Reconciler) renderObjects(ctx context.Context, a *attempt) (bool, error
 		if ctx.Err() != nil {
 			return false, err // the attempt ended, not the render
 		}
+		// A render past spec.timeout carries its own policy (retried).
 		return false, failure.Default(err, render.ReasonRenderFailed, failure.PolicyStalled)
 	}
 	// Variables left unset are reported by preflight, with every other

@@ -2,7 +2,9 @@ package reconciler
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -90,7 +92,8 @@ func reportRoot(opts Options) *report.Root {
 	if root == nil {
 		return nil
 	}
-	out := &report.Root{Branch: root.Branch, Auth: root.Auth, StatusBranch: opts.Report.StatusBranch}
+	out := &report.Root{Branch: root.Branch, Auth: root.Auth, StatusBranch: opts.Report.StatusBranch,
+		Namespaces: slices.Sorted(maps.Keys(rootNamespacesOf(*root, opts.LeaderElection.homeNamespace())))}
 	if _, isGit := root.Source.(*git.Source); (root.Source == nil || isGit) && !strings.HasPrefix(root.URL, "dir://") {
 		out.URL = root.URL
 	}

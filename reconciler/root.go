@@ -6,7 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/failure"
 	"github.com/capstan-dev/capstan/render"
 	"github.com/capstan-dev/capstan/sources"
 	"github.com/capstan-dev/capstan/sources/git"
@@ -27,6 +31,10 @@ const RootLabel = "capstan.dev/root"
 // RootFileAnnotation records the file a root ClusterDeployment came from.
 const RootFileAnnotation = "capstan.dev/source-file"
 
+// defaultRootNamespace is where root ClusterDeployments that name no
+// namespace go when RootOptions.Namespace is not set.
+const defaultRootNamespace = "capstan-system"
+
 // rootFieldManager applies root ClusterDeployments, apart from the
 // reconciler's own status writes.
 const rootFieldManager = "capstan-root"
@@ -36,8 +44,14 @@ const rootFieldManager = "capstan-root"
 type RootOptions struct {
 	URL, Branch, Path string
 	Auth              git.Auth
-	// Namespace is given to ClusterDeployments that name none.
+	// Namespace is given to ClusterDeployments that name none. Its
+	// deployments, and those of Capstan's own namespace, may read the
+	// root source: name no spec.source (docs/root-source.md).
 	Namespace string
+	// Namespaces are further namespaces whose deployments may read the
+	// root source (`capstan run --root-source-namespaces`). A deployment
+	// without spec.source in any other namespace stalls.
+	Namespaces []string
 	// Interval is how often the root is polled.
 	Interval time.Duration
 	// Source overrides the git source built from URL (tests, other kinds).
@@ -89,12 +103,15 @@ func (s *rootSource) status() RootStatus {
 	return RootStatus{Revision: s.last, Deployments: s.count, Err: s.lastErr}
 }
 
-func newRootSource(opts RootOptions, c client.Client, cache *sourceCache) (*rootSource, error) {
+// newRootSource builds the root source and makes it the one of cache,
+// serving the deployments without a source of home (Capstan's namespace,
+// "" when it has none), opts.Namespace and opts.Namespaces.
+func newRootSource(opts RootOptions, c client.Client, cache *sourceCache, home string) (*rootSource, error) {
 	if opts.Branch == "" {
 		opts.Branch = "main"
 	}
 	if opts.Namespace == "" {
-		opts.Namespace = "capstan-system"
+		opts.Namespace = defaultRootNamespace
 	}
 	if opts.Interval <= 0 {
 		opts.Interval = DefaultInterval
@@ -107,6 +124,9 @@ func newRootSource(opts RootOptions, c client.Client, cache *sourceCache) (*root
 		}
 	}
 	cache.set(rootSourceKey, src)
+	cache.mu.Lock()
+	cache.rootNamespaces = rootNamespacesOf(opts, home)
+	cache.mu.Unlock()
 	entry, _ := cache.lookup(rootSourceKey)
 	sum := sha256.Sum256([]byte(opts.URL + "\x00" + opts.Branch + "\x00" + path.Clean(opts.Path)))
 	return &rootSource{opts: opts, id: hex.EncodeToString(sum[:])[:16], client: c, entry: entry, kick: make(chan struct{}, 1)}, nil
@@ -151,7 +171,11 @@ func (s *rootSource) NeedLeaderElection() bool { return true }
 
 func (s *rootSource) sync(ctx context.Context) error {
 	// The root asks the remote at every tick and kick; deployments
-	// reading the root share its answer.
+	// reading the root share its answer. Each operation on the remote
+	// ends within DefaultTimeout, as a deployment's would without
+	// spec.timeout.
+	ctx, cancel := context.WithTimeout(ctx, 2*capstanv1.DefaultTimeout)
+	defer cancel()
 	rev, err := s.entry.revision(ctx, 0)
 	if err != nil {
 		return fmt.Errorf("check root source: %w", err)
@@ -237,4 +261,49 @@ func (s *rootSource) forgetRemoved(ctx context.Context, keep map[client.ObjectKe
 			"clusterDeployment", cd.Namespace+"/"+cd.Name)
 	}
 	return errors.Join(errs...)
+}
+
+// ReasonSourceNotServed: a deployment without spec.source in a namespace
+// the root source does not serve (docs/root-source.md). Like every reason
+// of a source failure, it starts with "Source".
+const ReasonSourceNotServed = "SourceRootNotServed"
+
+// rootNamespacesOf returns the namespaces whose deployments without a
+// source of their own read the root source: Capstan's own (home: the
+// pod's namespace, "" outside a pod), the one root deployments that name
+// none are created in (opts.Namespace), and those opts.Namespaces lists
+// (`capstan run --root-source-namespaces`). Any other namespace is a
+// tenant's: the root repository is the platform's, and so are its
+// credentials.
+func rootNamespacesOf(opts RootOptions, home string) map[string]bool {
+	out := map[string]bool{}
+	if opts.Namespace == "" {
+		opts.Namespace = defaultRootNamespace
+	}
+	for _, ns := range append([]string{home, opts.Namespace}, opts.Namespaces...) {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			out[ns] = true
+		}
+	}
+	return out
+}
+
+// rootServes reports whether the root source serves the deployments of
+// namespace ns that name no source of their own.
+func (c *sourceCache) rootServes(ns string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rootNamespaces[ns]
+}
+
+// notServed is the error of a deployment without a source in namespace ns,
+// which the root source does not serve.
+func (c *sourceCache) notServed(ns string) error {
+	c.mu.Lock()
+	served := slices.Sorted(maps.Keys(c.rootNamespaces))
+	c.mu.Unlock()
+	return failure.Stalled(ReasonSourceNotServed, fmt.Errorf("spec.source: not set, and the root source serves only ClusterDeployments in Capstan's namespace "+
+		"and those capstan run --root-source-namespaces lists (%s), not namespace %s: "+
+		"set spec.source.git.url or spec.source.oci.url to a repository of your own, or ask the platform to add %s to --root-source-namespaces",
+		strings.Join(served, ", "), ns, ns))
 }

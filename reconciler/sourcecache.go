@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,12 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/failure"
 	"github.com/capstan-dev/capstan/render"
 	"github.com/capstan-dev/capstan/sources"
-	"github.com/capstan-dev/capstan/sources/git"
-	"github.com/capstan-dev/capstan/sources/oci"
 )
 
 // rootSourceKey is the cache key of the daemon's root source.
@@ -122,21 +116,39 @@ type artifactCacheUser interface {
 // sourceEntry is one source shared by every deployment that reads from it.
 // Its artifacts live in the cache's store, on disk, so that deployments
 // sharing a repository fetch it once per revision while it stays there.
+//
+// Whatever asks the remote (a revision check, a fetch) runs in a goroutine
+// of the entry's own, one at a time, under a deadline (sourceops.go): a
+// reconcile that must wait for it returns and is woken when it ends, so
+// that a slow source holds no reconcile worker (docs/deadlines.md).
 type sourceEntry struct {
 	mu     sync.Mutex
 	key    string
 	source sources.Source
 	store  *sources.Store
+	// url names the source in messages, without credentials.
+	url string
 	// onAuthError is called when the remote refuses the credentials, so
 	// that the next attempt reads the Secret again.
 	onAuthError func()
+	// base is the context operations run under: the cache's, which ends
+	// when the daemon stops. wake tells a deployment that an operation
+	// it waits for ended.
+	base context.Context
+	wake func(types.NamespacedName)
 
 	// The remote's last answer, when it was asked, and the epoch it was
-	// asked in: see revision. expire starts a new epoch.
+	// asked in: see revisionFor. expire starts a new epoch.
 	lastRevision string
 	lastChecked  time.Time
 	lastEpoch    uint64
 	epoch        atomic.Uint64
+
+	// running is the operation under way, nil when none is; answers
+	// holds, per deployment, the outcome of the operation it waited for,
+	// until its next attempt takes it.
+	running *sourceOp
+	answers map[answerKey]sourceAnswer
 
 	// refused is the revision whose content the source refused (a file or
 	// an artifact over a limit, a path that leaves the root, a signature
@@ -148,60 +160,15 @@ type sourceEntry struct {
 	refusal error
 }
 
-// revision returns the remote's revision: the answer the remote gave
-// less than maxAge ago to any deployment reading this source, or a new
-// one. A thousand deployments on one repository then ask it about once
-// per maxAge between them instead of a thousand times per interval. A
-// push (expire) makes the next call ask the remote whatever maxAge.
-func (e *sourceEntry) revision(ctx context.Context, maxAge time.Duration) (string, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	epoch, asked := e.epoch.Load(), time.Now()
-	if e.lastRevision != "" && e.lastEpoch == epoch && asked.Sub(e.lastChecked) < maxAge {
-		return e.lastRevision, nil
-	}
-	rev, err := e.source.Revision(ctx)
-	e.checkAuth(err)
-	if err != nil {
-		e.lastRevision = ""
-		return "", err
-	}
-	e.lastRevision, e.lastChecked, e.lastEpoch = rev, asked, epoch
-	return rev, nil
-}
-
-// expire makes the next revision call ask the remote: a push said the
-// branch moved. A call already asking may still keep the old answer for
-// itself, not for the calls after it.
+// expire makes the next revision check ask the remote: a push said the
+// branch moved. A check already under way keeps its answer for those
+// that asked before the push, not for those after it.
 func (e *sourceEntry) expire() { e.epoch.Add(1) }
 
 func (e *sourceEntry) checkAuth(err error) {
 	if err != nil && errors.Is(err, sources.ErrAuth) && e.onAuthError != nil {
 		e.onAuthError()
 	}
-}
-
-// fetch returns the artifact at revision, from the store when it holds it.
-// fetched tells whether the remote was asked for content.
-func (e *sourceEntry) fetch(ctx context.Context, revision string) (art *sources.Artifact, fetched bool, err error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if art, ok := e.store.Get(e.key, revision); ok {
-		return art, false, nil
-	}
-	if revision != "" && revision == e.refused {
-		return nil, false, e.refusal
-	}
-	art, err = e.source.Fetch(ctx)
-	if err != nil {
-		e.checkAuth(err)
-		if errors.Is(err, sources.ErrRefused) && revision != "" {
-			e.refused, e.refusal = revision, err
-		}
-		return nil, true, err
-	}
-	e.store.Put(e.key, art)
-	return art, true, nil
 }
 
 // sourceCache holds the sources of all deployments, keyed by what
@@ -220,6 +187,20 @@ type sourceCache struct {
 	limits  sources.Limits
 	store   *sources.Store
 	renders chan struct{} // a slot per render running
+
+	// ctx bounds the operations on sources (sourceops.go); close ends it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// wake enqueues a deployment whose source operation ended; nil: none
+	// (tests that wait themselves).
+	wake func(types.NamespacedName)
+	// rootNamespaces are the namespaces whose deployments without a
+	// source of their own read the root source (rootServes).
+	rootNamespaces map[string]bool
+	// refetched remembers the reconcile request each deployment's
+	// source was refetched for, so that the attempts that wait for the
+	// fetch do not drop its artifact again.
+	refetched map[types.NamespacedName]string
 }
 
 // secretTTL is how long a source's Secret is trusted before it is read
@@ -239,21 +220,49 @@ func newSourceCache(opts ArtifactOptions) (*sourceCache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--artifact-cache-dir: %w", err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	return &sourceCache{
-		entries: map[string]*sourceEntry{},
-		users:   map[types.NamespacedName]string{},
-		secrets: map[types.NamespacedName]cachedSecret{},
-		now:     time.Now,
-		opts:    opts,
-		limits:  opts.sourceLimits(),
-		store:   store,
-		renders: make(chan struct{}, opts.MaxConcurrentRenders),
+		entries:   map[string]*sourceEntry{},
+		users:     map[types.NamespacedName]string{},
+		secrets:   map[types.NamespacedName]cachedSecret{},
+		now:       time.Now,
+		opts:      opts,
+		limits:    opts.sourceLimits(),
+		store:     store,
+		renders:   make(chan struct{}, opts.MaxConcurrentRenders),
+		ctx:       ctx,
+		cancel:    cancel,
+		refetched: map[types.NamespacedName]string{},
 	}, nil
 }
 
-// close removes every artifact from disk; the daemon has stopped.
+// close ends the operations under way and removes every artifact from
+// disk; the daemon has stopped.
 func (c *sourceCache) close() error {
+	c.cancel()
 	return c.store.Close()
+}
+
+// newEntry returns the entry of a source, its operations bound to the
+// cache's life. c.mu is held.
+func (c *sourceCache) newEntry(key string, src sources.Source) *sourceEntry {
+	url := key
+	if named, ok := src.(interface{ URL() string }); ok {
+		url = named.URL()
+	}
+	return &sourceEntry{key: key, source: src, store: c.store, url: redact(url), base: c.ctx, wake: c.wake}
+}
+
+// refetchOnce reports whether user's source is to be refetched for the
+// reconcile request requested: only the first time it is asked.
+func (c *sourceCache) refetchOnce(user types.NamespacedName, requested string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refetched[user] == requested {
+		return false
+	}
+	c.refetched[user] = requested
+	return true
 }
 
 // cachedSecret returns a Secret read less than secretTTL ago.
@@ -291,7 +300,8 @@ func (c *sourceCache) get(key string, user types.NamespacedName, create func() (
 		if err != nil {
 			return nil, err
 		}
-		e = &sourceEntry{key: key, source: src, store: c.store, onAuthError: c.forgetSecrets}
+		e = c.newEntry(key, src)
+		e.onAuthError = c.forgetSecrets
 		c.entries[key] = e
 	}
 	if old, had := c.users[user]; !had || old != key {
@@ -311,7 +321,7 @@ func (c *sourceCache) set(key string, src sources.Source) {
 	if u, ok := src.(artifactCacheUser); ok {
 		u.SetArtifactCache(c.store.Dir(), c.limits)
 	}
-	c.entries[key] = &sourceEntry{key: key, source: src, store: c.store}
+	c.entries[key] = c.newEntry(key, src)
 }
 
 // expireFor makes the next revision check of the source a deployment
@@ -348,9 +358,29 @@ func (c *sourceCache) forget(user types.NamespacedName) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.refetched, user)
+	if root := c.entries[rootSourceKey]; root != nil {
+		root.dropAnswers(user)
+	}
+	c.leaveLocked(user)
+}
+
+// leave drops a deployment's share of the source it named, which it no
+// longer does (it reads the root now), and the source with its artifact
+// when no other deployment reads it.
+func (c *sourceCache) leave(user types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.leaveLocked(user)
+}
+
+func (c *sourceCache) leaveLocked(user types.NamespacedName) {
 	key, ok := c.users[user]
 	if !ok {
 		return
+	}
+	if e := c.entries[key]; e != nil {
+		e.dropAnswers(user)
 	}
 	delete(c.users, user)
 	c.dropUnused(key)
@@ -373,144 +403,34 @@ func (c *sourceCache) dropUnused(key string) {
 
 // render builds the objects of a's artifact within the daemon's limits,
 // no more than MaxConcurrentRenders at once (kustomize's memory grows
-// with what it reads), keeping the artifact on disk while it reads it.
+// with what it reads), within the deployment's spec.timeout. The
+// artifact stays on disk while it is read: fetchArtifact pinned it.
 // opts' limits are replaced by the daemon's.
 func (r *Reconciler) render(ctx context.Context, a *attempt, opts render.Options) (*render.Result, error) {
 	c := r.sources
 	opts.MaxFileBytes, opts.MaxBytes, opts.MaxObjects = c.opts.MaxFileBytes, c.opts.MaxRenderBytes, c.opts.MaxObjects
+	limit := a.cd.Spec.TimeoutOrDefault()
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 	select {
 	case c.renders <- struct{}{}:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, renderCut(ctx, limit)
 	}
 	defer func() { <-c.renders }()
-	release, ok := c.store.Pin(a.artifact)
-	if !ok {
-		// The store evicted the artifact between the fetch and now.
-		art, _, err := a.source.fetch(ctx, a.revision)
-		if err != nil {
-			return nil, fmt.Errorf("fetch %s again: %w", a.revision, err)
-		}
-		a.artifact = art
-		if release, ok = c.store.Pin(art); !ok {
-			return nil, fmt.Errorf("fetch %s again: the artifact cache evicted it at once; raise --artifact-cache-max-bytes", a.revision)
-		}
+	res, err := render.BuildResult(ctx, a.artifact.FS, opts)
+	if err != nil && ctx.Err() != nil {
+		return nil, renderCut(ctx, limit)
 	}
-	defer release()
-	return render.BuildResult(ctx, a.artifact.FS, opts)
+	return res, err
 }
 
-// sourceFor returns the source entry of a deployment: its own git or OCI
-// source, or the root source when it names none.
-func (r *Reconciler) sourceFor(ctx context.Context, cd *capstanv1.ClusterDeployment) (*sourceEntry, error) {
-	spec := cd.Spec.Source
-	switch {
-	case spec != nil && spec.Git != nil && spec.OCI != nil:
-		return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source: set only one of git and oci"))
-	case spec != nil && spec.Git != nil:
-		return r.gitSourceFor(ctx, cd, spec.Git)
-	case spec != nil && spec.OCI != nil:
-		return r.ociSourceFor(ctx, cd, spec.OCI)
+// renderCut is the error of a render that ctx ended: past spec.timeout
+// (retried), or the attempt's own end.
+func renderCut(ctx context.Context, limit time.Duration) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return failure.Retryable(render.ReasonRenderFailed,
+			fmt.Errorf("did not finish within %s (spec.timeout), waiting for a render slot (--max-concurrent-renders) included: %w", limit, ctx.Err()))
 	}
-	// A deployment that named a source of its own and no longer does
-	// gives up its share of it.
-	r.sources.forget(client.ObjectKeyFromObject(cd))
-	e, ok := r.sources.lookup(rootSourceKey)
-	if !ok {
-		return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source: not set, and the daemon runs without a root source (--source); set spec.source.git.url or spec.source.oci.url"))
-	}
-	return e, nil
-}
-
-func (r *Reconciler) gitSourceFor(ctx context.Context, cd *capstanv1.ClusterDeployment, spec *capstanv1.GitSource) (*sourceEntry, error) {
-	gr := spec.Ref
-	opts := git.Options{URL: spec.URL, Ref: git.Ref{Branch: gr.Branch, Tag: gr.Tag, SemVer: gr.SemVer, Commit: gr.Commit, Name: gr.Name}}
-	if gr == (capstanv1.GitRef{}) {
-		opts.Ref.Branch = git.DefaultBranch
-	}
-	key := fmt.Sprintf("git|%s|branch=%s|tag=%s|semver=%s|commit=%s|name=%s", opts.URL, opts.Ref.Branch, gr.Tag, gr.SemVer, gr.Commit, gr.Name)
-	if ref := spec.SecretRef; ref != nil {
-		secret, err := r.readSecret(ctx, cd, "spec.source.git.secretRef", ref.Name)
-		if err != nil {
-			return nil, err
-		}
-		if opts.Auth, err = git.AuthFromSecret(secret.Data); err != nil {
-			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.git.secretRef: Secret %s/%s: %w", cd.Namespace, ref.Name, err))
-		}
-		opts.CredentialsFrom.CA = sources.CAKeyOf("spec.source.git.secretRef", cd.Namespace+"/"+ref.Name)
-		key += fmt.Sprintf("|%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
-	}
-	if v := spec.Verify; v != nil {
-		secret, err := r.readSecret(ctx, cd, "spec.source.git.verify.secretRef", v.SecretRef.Name)
-		if err != nil {
-			return nil, err
-		}
-		opts.Verify = &git.Verify{}
-		for _, k := range slices.Sorted(maps.Keys(secret.Data)) {
-			switch {
-			case strings.HasSuffix(k, ".asc"):
-				opts.Verify.OpenPGPKeyRings = append(opts.Verify.OpenPGPKeyRings, string(secret.Data[k]))
-			case strings.HasSuffix(k, ".pub"), k == "authorized_keys":
-				opts.Verify.SSHKeys = append(opts.Verify.SSHKeys, secret.Data[k])
-			}
-		}
-		if len(opts.Verify.OpenPGPKeyRings)+len(opts.Verify.SSHKeys) == 0 {
-			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.git.verify.secretRef: Secret %s/%s has no key ending in .asc (OpenPGP) or .pub (SSH)",
-				cd.Namespace, v.SecretRef.Name))
-		}
-		key += fmt.Sprintf("|verify=%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
-	}
-	opts.Limits, opts.CacheDir = r.sources.limits, r.sources.store.Dir()
-	return r.sources.get(key, client.ObjectKeyFromObject(cd), func() (sources.Source, error) {
-		src, err := git.New(opts)
-		if err != nil {
-			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.git: %w", err))
-		}
-		return src, nil
-	})
-}
-
-func (r *Reconciler) ociSourceFor(ctx context.Context, cd *capstanv1.ClusterDeployment, spec *capstanv1.OCISource) (*sourceEntry, error) {
-	opts := oci.Options{
-		URL:      spec.URL,
-		Ref:      oci.Ref{Tag: spec.Ref.Tag, SemVer: spec.Ref.SemVer, Digest: spec.Ref.Digest},
-		Insecure: spec.Insecure,
-	}
-	key := fmt.Sprintf("oci|%s|tag=%s|semver=%s|digest=%s|insecure=%t", opts.URL, opts.Ref.Tag, opts.Ref.SemVer, opts.Ref.Digest, opts.Insecure)
-	if ref := spec.SecretRef; ref != nil {
-		secret, err := r.readSecret(ctx, cd, "spec.source.oci.secretRef", ref.Name)
-		if err != nil {
-			return nil, err
-		}
-		if opts.Auth, err = ociAuthFromSecret(secret); err != nil {
-			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.oci.secretRef: Secret %s/%s: %w", cd.Namespace, ref.Name, err))
-		}
-		key += fmt.Sprintf("|%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
-	}
-	if v := spec.Verify; v != nil {
-		secret, err := r.readSecret(ctx, cd, "spec.source.oci.verify.secretRef", v.SecretRef.Name)
-		if err != nil {
-			return nil, err
-		}
-		opts.Verify = &oci.Verify{}
-		for _, k := range slices.Sorted(maps.Keys(secret.Data)) {
-			if strings.HasSuffix(k, ".pub") {
-				opts.Verify.PublicKeys = append(opts.Verify.PublicKeys, secret.Data[k])
-			}
-		}
-		if len(opts.Verify.PublicKeys) == 0 {
-			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.oci.verify.secretRef: Secret %s/%s has no key ending in .pub: create it with kubectl create secret generic %s --from-file=cosign.pub",
-				cd.Namespace, v.SecretRef.Name, v.SecretRef.Name))
-		}
-		key += fmt.Sprintf("|verify=%s/%s@%s", secret.Namespace, secret.Name, secret.ResourceVersion)
-	}
-	opts.Limits, opts.CacheDir = r.sources.limits, r.sources.store.Dir()
-	opts.MaxDownloadBytes = r.sources.opts.MaxArtifactBytes
-	return r.sources.get(key, client.ObjectKeyFromObject(cd), func() (sources.Source, error) {
-		src, err := oci.New(opts)
-		if err != nil {
-			return nil, failure.Stalled(sources.ReasonSourceInvalid, fmt.Errorf("spec.source.oci: %w", err))
-		}
-		return src, nil
-	})
+	return ctx.Err()
 }

@@ -10,8 +10,13 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/reconciler/metrics"
 	"github.com/capstan-dev/capstan/render"
 	"github.com/capstan-dev/capstan/sources"
 )
@@ -120,7 +125,7 @@ func TestRendersRunABoundedNumberAtATime(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 6 {
 		wg.Go(func() {
-			a := &attempt{artifact: &sources.Artifact{Revision: "r1", FS: fsys}}
+			a := &attempt{cd: &capstanv1.ClusterDeployment{}, artifact: &sources.Artifact{Revision: "r1", FS: fsys}}
 			if _, err := r.render(context.Background(), a, render.DefaultOptions()); err != nil {
 				t.Error(err)
 			}
@@ -132,28 +137,52 @@ func TestRendersRunABoundedNumberAtATime(t *testing.T) {
 	}
 }
 
-// A render whose artifact the store evicted after the fetch fetches it
-// again rather than failing on missing files.
-func TestRenderFetchesAnEvictedArtifactAgain(t *testing.T) {
+// An artifact the store evicted after its fetch is fetched again rather
+// than rendered from missing files; the attempt keeps it pinned.
+func TestEvictedArtifactIsFetchedAgain(t *testing.T) {
 	c := newTestSourceCache(t, ArtifactOptions{})
 	src := &diskSource{dir: c.store.Dir()}
-	user := types.NamespacedName{Namespace: "ns", Name: "a"}
-	e, err := c.get("git|repo", user, func() (sources.Source, error) { return src, nil })
+	cd := &capstanv1.ClusterDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}}
+	e, err := c.get("git|repo", client.ObjectKeyFromObject(cd), func() (sources.Source, error) { return src, nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	art, _, err := e.fetch(context.Background(), "r1")
-	if err != nil {
+	if _, _, err := e.fetch(context.Background(), "r1"); err != nil {
 		t.Fatal(err)
 	}
 	c.store.Drop("git|repo") // as an eviction would
-	r := &Reconciler{sources: c}
-	a := &attempt{source: e, revision: "r1", artifact: art}
+	collector, err := metrics.For(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Reconciler{sources: c, metrics: collector}
+	var a *attempt
+	waitUntil(t, "the artifact fetched again", func() bool {
+		a = &attempt{cd: cd, source: e, revision: "r1"}
+		_, err := r.fetchArtifact(context.Background(), a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !a.pending
+	})
+	defer a.unpin()
 	res, err := r.render(context.Background(), a, render.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if objs := res.Objects; len(objs) != 1 || src.fetches.Load() != 2 {
 		t.Errorf("got %d objects after %d fetches, want 1 object after fetching again", len(res.Objects), src.fetches.Load())
+	}
+}
+
+// waitUntil polls cond until it holds, or fails t after 10s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -135,7 +135,12 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 		if err := save(); err != nil {
 			return false, err
 		}
-		if done, err := r.prune(ctx, a); err != nil || !done {
+		// The prune's deletes are a batch of API requests: bounded by
+		// spec.timeout, like the stages' (docs/deadlines.md).
+		pctx, cancel := context.WithTimeout(ctx, cd.Spec.TimeoutOrDefault())
+		done, err := r.prune(pctx, a)
+		cancel()
+		if err != nil || !done {
 			return !done, err
 		}
 		written = cd.DeepCopy()
@@ -156,7 +161,9 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 	// is not needed again at this revision.
 	r.plans.drop(client.ObjectKeyFromObject(cd))
 	r.drift.track(cd)
-	if err := r.correctFromPlan(ctx, a); err != nil {
+	cctx, cancel := context.WithTimeout(ctx, cd.Spec.TimeoutOrDefault())
+	defer cancel()
+	if err := r.correctFromPlan(cctx, a); err != nil {
 		return false, err
 	}
 	if !conditionTrue(before, capstanv1.ConditionReady) {
@@ -184,7 +191,11 @@ func (r *Reconciler) runStage(ctx context.Context, a *attempt, exec *stages.Exec
 	cd := a.cd
 	stage := &a.plan.Stages[i]
 	st := func() *capstanv1.StageStatus { return &cd.Status.Stages[i] }
-	opts := stages.RunOptions{SkipApply: applied, Wait: r.waitSlice(stage, st()), DryRuns: a.plan.DryRuns}
+	// spec.timeout bounds each batch of API requests of the attempt (an
+	// apply wave, its look and dry runs), not the stage's wait: a stage
+	// waits as long as it must.
+	opts := stages.RunOptions{SkipApply: applied, Wait: r.waitSlice(stage, st()), DryRuns: a.plan.DryRuns,
+		BatchTimeout: cd.Spec.TimeoutOrDefault()}
 	if st().Message == "" || !applied {
 		// Status says nothing yet about what the stage waits for: look
 		// briefly first and say it, then wait out the slice.

@@ -2,6 +2,8 @@ package sources
 
 import (
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/capstan-dev/capstan/failure"
 )
@@ -21,6 +23,9 @@ const (
 	// ReasonSourceUnavailable: the remote did not answer, or answered
 	// with an error that may pass.
 	ReasonSourceUnavailable = "SourceUnavailable"
+	// ReasonSourceTimeout: the remote did not finish answering within
+	// the deployment's spec.timeout (docs/deadlines.md).
+	ReasonSourceTimeout = "SourceTimeout"
 )
 
 // The errors below give a source failure its reason and policy
@@ -47,6 +52,45 @@ var (
 	// an error that may pass: a refused connection, a timeout, a 5xx.
 	ErrUnavailable = failure.New(ReasonSourceUnavailable, failure.PolicyRetry, errors.New("source unavailable"))
 )
+
+// ErrTimeout means the remote did not finish answering in time: a slow
+// or stuck server, or one that trickles its answer. It is retried.
+var ErrTimeout = failure.New(ReasonSourceTimeout, failure.PolicyRetry, errors.New("timed out"))
+
+// TimedOut is the error of an operation on a source (op: "fetch",
+// "revision check") of url that did not finish within limit, the
+// deployment's spec.timeout: "fetch of URL did not finish within 3m0s
+// (spec.timeout)". It is retried with backoff (ErrTimeout); cause, what
+// the cut-off operation returned, stays reachable through errors.Is.
+// url must carry no credentials.
+func TimedOut(op, url string, limit time.Duration, cause error) error {
+	return &timeoutError{op: op, url: url, limit: limit, cause: cause}
+}
+
+type timeoutError struct {
+	op, url string
+	limit   time.Duration
+	cause   error
+}
+
+func (e *timeoutError) Error() string {
+	return fmt.Sprintf("%s of %s did not finish within %s (spec.timeout); retried with backoff: "+
+		"check the server, or raise spec.timeout for a source that is slow but sound", e.op, e.url, e.limit)
+}
+
+// Failure implements failure.Classified: the timeout decides, whatever
+// the cut-off operation made of its cancelled context.
+func (e *timeoutError) Failure() *failure.Error {
+	return &failure.Error{Reason: ReasonSourceTimeout, Policy: failure.PolicyRetry, Err: e}
+}
+
+// Unwrap returns ErrTimeout and the cause.
+func (e *timeoutError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{ErrTimeout}
+	}
+	return []error{ErrTimeout, e.cause}
+}
 
 // IsStalled reports whether err is one that needs a human to change the
 // source or its settings before a retry can succeed.

@@ -91,6 +91,9 @@ type Executor struct {
 	actor string
 	// homeNamespace is the namespace Capstan runs in (WithHomeNamespace).
 	homeNamespace string
+	// batchTimeout bounds each batch of API requests (an apply wave: its
+	// look, dry runs and applies); zero: ctx alone (RunOptions.BatchTimeout).
+	batchTimeout time.Duration
 }
 
 // ExecutorOption configures an Executor.
@@ -186,6 +189,12 @@ type RunOptions struct {
 	// stage's objects (PreflightOptions.Keep): the apply uses them instead
 	// of dry-running again the objects they are still about.
 	DryRuns *DryRuns
+	// BatchTimeout, when set, bounds each batch of API requests of the
+	// attempt: each apply wave (its look, dry runs, applies and their
+	// rollback), the deployment's spec.timeout. A batch cut short fails
+	// the attempt as a cluster that does not answer, retried. The wait
+	// is not a batch: Wait bounds it.
+	BatchTimeout time.Duration
 }
 
 // Run makes one attempt at a stage: carry out its action (apply its
@@ -199,6 +208,11 @@ type RunOptions struct {
 func (e *Executor) Run(ctx context.Context, stage *Stage, owner Owner, opts RunOptions) Result {
 	report := func(res Result) bool {
 		return opts.Progress == nil || opts.Progress(res) == nil
+	}
+	if opts.BatchTimeout > 0 {
+		bounded := *e
+		bounded.batchTimeout = opts.BatchTimeout
+		e = &bounded
 	}
 	var applied Result
 	if !opts.SkipApply {

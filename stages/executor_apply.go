@@ -185,6 +185,32 @@ func (e *Executor) waitServed(ctx context.Context, definitions []*unstructured.U
 // live object, it stands in for the dry run: an unchanged object then
 // costs nothing, a changed one its apply.
 func (e *Executor) applyWave(ctx context.Context, objects []*unstructured.Unstructured, owner Owner, handed answers) ([]ssa.ChangeSetEntry, []*unstructured.Unstructured, error) {
+	ctx, cancel := e.batch(ctx)
+	defer cancel()
+	entries, observed, err := e.applyWaveWithin(ctx, objects, owner, handed)
+	return entries, observed, e.batchCut(ctx, len(objects), err)
+}
+
+// batch bounds one batch of API requests by e.batchTimeout, when set.
+func (e *Executor) batch(ctx context.Context) (context.Context, context.CancelFunc) {
+	if e.batchTimeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, e.batchTimeout)
+}
+
+// batchCut says, of the error of a batch of n objects that its deadline
+// cut short, that the cluster did not answer them within spec.timeout;
+// the error still wraps the context's, so that it is taken for a
+// cluster that does not answer (IsUnanswered), which is retried.
+func (e *Executor) batchCut(ctx context.Context, n int, err error) error {
+	if err == nil || e.batchTimeout <= 0 || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("the cluster did not answer the apply of %d objects within %s (spec.timeout): %w", n, e.batchTimeout, err)
+}
+
+func (e *Executor) applyWaveWithin(ctx context.Context, objects []*unstructured.Unstructured, owner Owner, handed answers) ([]ssa.ChangeSetEntry, []*unstructured.Unstructured, error) {
 	live, err := e.look(ctx, objects)
 	if err != nil {
 		return nil, nil, err

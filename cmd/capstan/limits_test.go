@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -109,5 +110,24 @@ func TestRootSourceCAFile(t *testing.T) {
 	t.Setenv(sourceCAEnv, "not a certificate")
 	if _, err := f.options(reconciler.ArtifactOptions{}); err == nil || !strings.Contains(err.Error(), "$"+sourceCAEnv) {
 		t.Errorf("$%s with no certificate: %v, want it refused naming the variable", sourceCAEnv, err)
+	}
+}
+
+// --root-source-namespaces lists namespaces whose deployments without a
+// source read the root source; a name that cannot be a namespace, or the
+// flag without a root source, is refused before the daemon starts.
+func TestRootSourceNamespacesFlag(t *testing.T) {
+	_, err := runCapstan(t, "run", "--source", "https://git.example.com/fleet.git", "--root-source-namespaces", "team-a,Team_B")
+	if err == nil || !strings.Contains(err.Error(), `--root-source-namespaces: "Team_B" is not a namespace name`) {
+		t.Errorf("capstan run --root-source-namespaces team-a,Team_B: %v, want Team_B refused", err)
+	}
+	_, err = runCapstan(t, "run", "--root-source-namespaces", "team-a")
+	if err == nil || !strings.Contains(err.Error(), "no root source") {
+		t.Errorf("capstan run --root-source-namespaces without --source: %v, want it refused", err)
+	}
+	f := rootFlags{url: "https://git.example.com/fleet.git", namespaces: []string{"team-a", "team-b"}}
+	opts, err := f.options(reconciler.ArtifactOptions{})
+	if err != nil || !slices.Equal(opts.Namespaces, []string{"team-a", "team-b"}) {
+		t.Errorf("root options: namespaces %v, %v; want team-a and team-b", opts.Namespaces, err)
 	}
 }

@@ -58,6 +58,7 @@ type rootFlags struct {
 	username                     string
 	sshKeyFile, knownHostsFile   string
 	caFile                       string
+	namespaces                   []string
 }
 
 func (f *rootFlags) BindFlags(fs *pflag.FlagSet) {
@@ -70,6 +71,7 @@ func (f *rootFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.username, "source-username", "", "user for https; the password or token is read from $CAPSTAN_SOURCE_PASSWORD")
 	fs.StringVar(&f.sshKeyFile, "source-ssh-key-file", "", "private key file for an ssh root source")
 	fs.StringVar(&f.knownHostsFile, "source-known-hosts-file", "", "known_hosts file for an ssh root source")
+	fs.StringSliceVar(&f.namespaces, "root-source-namespaces", nil, "namespaces, besides Capstan's own and --namespace, whose ClusterDeployments without spec.source read the root source (comma-separated); a deployment without spec.source elsewhere stalls (docs/root-source.md)")
 	fs.StringVar(&f.caFile, "source-ca-file", "", "PEM file of the CAs to trust for an https root source, on top of the system roots (a private CA); else the PEM in $CAPSTAN_SOURCE_CA")
 }
 
@@ -78,6 +80,14 @@ func (f *rootFlags) BindFlags(fs *pflag.FlagSet) {
 const sourceCAEnv = "CAPSTAN_SOURCE_CA"
 
 func (f *rootFlags) options(limits reconciler.ArtifactOptions) (*reconciler.RootOptions, error) {
+	for _, ns := range f.namespaces {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return nil, fmt.Errorf("--root-source-namespaces: %q is not a namespace name: %s", ns, strings.Join(errs, "; "))
+		}
+	}
+	if len(f.namespaces) > 0 && f.dir == "" && f.url == "" {
+		return nil, fmt.Errorf("--root-source-namespaces is set but there is no root source: give --source or --dir")
+	}
 	if f.dir != "" {
 		if f.url != "" {
 			return nil, fmt.Errorf("--dir and --source both name a root source; give one")
@@ -90,7 +100,7 @@ func (f *rootFlags) options(limits reconciler.ArtifactOptions) (*reconciler.Root
 			return nil, fmt.Errorf("--dir: %w", err)
 		}
 		return &reconciler.RootOptions{
-			URL: "dir://" + src.Path(), Path: f.path, Namespace: f.namespace,
+			URL: "dir://" + src.Path(), Path: f.path, Namespace: f.namespace, Namespaces: f.namespaces,
 			Interval: f.interval, Source: src,
 		}, nil
 	}
@@ -125,7 +135,7 @@ func (f *rootFlags) options(limits reconciler.ArtifactOptions) (*reconciler.Root
 		}
 	}
 	return &reconciler.RootOptions{
-		URL: f.url, Branch: f.branch, Path: f.path, Namespace: f.namespace,
+		URL: f.url, Branch: f.branch, Path: f.path, Namespace: f.namespace, Namespaces: f.namespaces,
 		Interval: f.interval, Auth: auth,
 	}, nil
 }
@@ -261,11 +271,12 @@ func newRunCommand() *cobra.Command {
 					return fmt.Errorf("--default-service-account %q is not a ServiceAccount name: %s", sa, strings.Join(errs, "; "))
 				}
 			}
-			cfg, err := cluster.restConfig()
+			// The flags are checked before the cluster is reached.
+			rootOpts, err := root.options(limits.opts)
 			if err != nil {
 				return err
 			}
-			rootOpts, err := root.options(limits.opts)
+			cfg, err := cluster.restConfig()
 			if err != nil {
 				return err
 			}

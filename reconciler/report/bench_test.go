@@ -11,7 +11,7 @@ import (
 // reporting deployment (15 stages, 1,000 inventory entries): trim, render,
 // hash, queue. Run: go test ./reconciler/report -run x -bench Notify -benchmem
 func BenchmarkNotify(b *testing.B) {
-	r, err := New(Options{Root: &Root{URL: "https://git.example/infra.git", Branch: "main", StatusBranch: "capstan/status", Auth: git.Auth{}}}, nil, nil)
+	r, err := New(Options{Root: &Root{URL: "https://git.example/infra.git", Branch: "main", StatusBranch: "capstan/status", Namespaces: []string{"fleet"}, Auth: git.Auth{}}}, nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

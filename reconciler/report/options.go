@@ -1,6 +1,7 @@
 package report
 
 import (
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,8 +56,19 @@ type Root struct {
 	Auth git.Auth
 	// StatusBranch, when set, makes every deployment that reads the root
 	// source and sets no spec.report commit its status to this branch of
-	// the root repository (`capstan run --status-branch`).
+	// the root repository (`capstan run --status-branch`). It is the
+	// only branch status commits with the root's credentials go to.
 	StatusBranch string
+	// Namespaces are those whose deployments the root source serves
+	// (Capstan's, and `capstan run --root-source-namespaces`): only their
+	// status is committed with the root's credentials.
+	Namespaces []string
+}
+
+// serves reports whether the root's credentials may commit the status of
+// a deployment of namespace ns.
+func (r *Root) serves(ns string) bool {
+	return r != nil && slices.Contains(r.Namespaces, ns)
 }
 
 // DefaultOptions returns the options `capstan run` starts with.

@@ -24,7 +24,7 @@ func startReporter(t *testing.T, repo string, tune func(*Options)) (*Reporter, *
 	reg := prometheus.NewRegistry()
 	opts := Options{
 		Interval: 2 * time.Second, Settle: 200 * time.Millisecond, Registerer: reg,
-		Root: &Root{URL: server.HTTPURL(repo), Branch: "main", StatusBranch: "capstan/status",
+		Root: &Root{URL: server.HTTPURL(repo), Branch: "main", StatusBranch: "capstan/status", Namespaces: []string{"fleet"},
 			Auth: git.Auth{Username: testUser, Password: testPassword}},
 	}
 	if tune != nil {

@@ -30,9 +30,11 @@ type address struct {
 }
 
 // key identifies the repository, branch and credentials: the deployments
-// of one key share commits.
+// of one key share commits. A refused address is a key of its own, so
+// that a deployment refused (a tenant asking for the root's credentials)
+// never shares a batch, and its refusal, with one that may commit there.
 func (a address) key() string {
-	return fmt.Sprintf("%s|%s|%s|%t", a.url, a.branch, a.secret, a.root)
+	return fmt.Sprintf("%s|%s|%s|%t|%s", a.url, a.branch, a.secret, a.root, a.reject)
 }
 
 // readRef is a branch of a repository someone reads.
@@ -58,7 +60,7 @@ func reads(cd *capstanv1.ClusterDeployment, root *Root) (readRef, bool) {
 // set.
 func addressOf(cd *capstanv1.ClusterDeployment, root *Root, interval time.Duration) (address, bool) {
 	if cd.Spec.Report == nil || cd.Spec.Report.GitStatus == nil {
-		if cd.Spec.Source != nil || root == nil || root.StatusBranch == "" || root.URL == "" {
+		if cd.Spec.Source != nil || root == nil || root.StatusBranch == "" || root.URL == "" || !root.serves(cd.Namespace) {
 			return address{}, false
 		}
 		// A deployment of the root source, which reports by default.
@@ -85,11 +87,35 @@ func addressOf(cd *capstanv1.ClusterDeployment, root *Root, interval time.Durati
 	case cd.Spec.Source == nil && root != nil && sameRepo(a.url, root.URL):
 		a.root = true
 	}
-	if isGit && sameRepo(a.url, read.url) && a.branch == read.branch {
+	if a.root {
+		a.reject = rootRefusal(cd, a.branch, root)
+	}
+	if a.reject == "" && isGit && sameRepo(a.url, read.url) && a.branch == read.branch {
 		a.reject = fmt.Sprintf("spec.report.gitStatus.branch %q is the branch the deployment reads: "+
 			"a status commit would trigger a reconcile of itself; pick another branch (default %s)", a.branch, capstanv1.DefaultStatusBranch)
 	}
 	return a, true
+}
+
+// rootRefusal says why the root source's credentials may not commit cd's
+// status to branch, or "": they commit only for the deployments the root
+// source serves, and only to `capstan run --status-branch`. The root
+// repository is the platform's: a branch a deployment picks could be one
+// the platform deploys from, or protect.
+func rootRefusal(cd *capstanv1.ClusterDeployment, branch string, root *Root) string {
+	const own = "set spec.report.gitStatus.secretRef to credentials of your own"
+	switch {
+	case !root.serves(cd.Namespace):
+		return fmt.Sprintf("spec.report.gitStatus: the root source's credentials commit only the status of deployments in the namespaces the root source serves "+
+			"(Capstan's and capstan run --root-source-namespaces), not %s: %s", cd.Namespace, own)
+	case root.StatusBranch == "":
+		return fmt.Sprintf("spec.report.gitStatus.branch %q: status commits with the root source's credentials go only to capstan run's --status-branch, "+
+			"which is not set: %s, or ask the platform to set --status-branch", branch, own)
+	case branch != root.StatusBranch:
+		return fmt.Sprintf("spec.report.gitStatus.branch %q: status commits with the root source's credentials go only to capstan run's --status-branch (%s): "+
+			"use that branch, or %s", branch, root.StatusBranch, own)
+	}
+	return ""
 }
 
 func branchOr(b, def string) string {
