@@ -523,6 +523,29 @@ func defaultServiceAccountOf(t *testing.T, objs []*unstructured.Unstructured) st
 	return ""
 }
 
+// grantWrite lets ServiceAccount ns/sa (created first when create is set)
+// manage ConfigMaps and Secrets in ns, and nothing else.
+func grantWrite(t *testing.T, c client.Client, ns, sa string, create bool) {
+	t.Helper()
+	objs := []client.Object{
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: sa + "-write", Namespace: ns}, Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"},
+			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"},
+		}}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: sa + "-write", Namespace: ns},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: sa + "-write"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}}},
+	}
+	if create {
+		objs = append([]client.Object{&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa, Namespace: ns}}}, objs...)
+	}
+	for _, o := range objs {
+		if err := c.Create(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestTenancyInstallActsAsTheTenantsServiceAccount runs a daemon as the
 // multi-tenant install runs it: authenticated as its ServiceAccount
 // capstan (a real token), under the install's RBAC, with the
@@ -551,7 +574,9 @@ func TestTenancyInstallActsAsTheTenantsServiceAccount(t *testing.T) {
 	installRBAC(t, c, home, true)
 	const user = "dev@tenant.example"
 	onboardTenant(t, c, ns, home, user)
-	grantConfigMaps(t, c, ns, "admin", ns) // a ServiceAccount someone else put there
+	// A ServiceAccount someone else put there, which may write what the
+	// tenant's overlay holds.
+	grantWrite(t, c, ns, "admin", true)
 	rbacSynced(t, c, ns)
 
 	url := pushOwned(t, ns, cm("mine", "A")+
@@ -615,20 +640,7 @@ func TestTenancyInstallActsAsTheTenantsServiceAccount(t *testing.T) {
 
 	// The platform lets capstan-deployer of the namespace write ConfigMaps
 	// and Secrets there; the tenant drops serviceAccountName.
-	grant := []client.Object{
-		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "deployer", Namespace: ns}, Rules: []rbacv1.PolicyRule{{
-			APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"},
-			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"},
-		}}},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "deployer", Namespace: ns},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "deployer"},
-			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: defaultSA, Namespace: ns}}},
-	}
-	for _, o := range grant {
-		if err := c.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
+	grantWrite(t, c, ns, defaultSA, false)
 	before = got.DeepCopy()
 	got.Spec.ServiceAccountName = ""
 	if err := tenant.Patch(ctx, got, client.MergeFrom(before)); err != nil {
