@@ -112,7 +112,8 @@ func grantWrite(t *testing.T, c client.Client, ns, sa string, create bool) {
 // impersonate capstan-deployer only. Once the platform grants
 // capstan-deployer ConfigMaps and Secrets there, the deployment becomes
 // Ready, acting as it, with Capstan reading the tenant's git Secret
-// through capstan-namespace.
+// through capstan-namespace. In a namespace the platform did not bind to
+// Capstan, nothing is read or applied.
 func TestTenancyInstallActsAsTheTenantsServiceAccount(t *testing.T) {
 	c := newClient(t)
 	ctx := context.Background()
@@ -152,7 +153,7 @@ func TestTenancyInstallActsAsTheTenantsServiceAccount(t *testing.T) {
 	if err := tenant.Create(ctx, cd); err != nil {
 		t.Fatalf("the tenant creates its ClusterDeployment: %v", err)
 	}
-	nothingApplied := func(why string) {
+	nothingApplied := func(ns, why string) {
 		t.Helper()
 		for _, gvk := range []schema.GroupVersionKind{configMapGVK, {Version: "v1", Kind: "Secret"}} {
 			name := map[string]string{"ConfigMap": "mine", "Secret": "token"}[gvk.Kind]
@@ -167,7 +168,7 @@ func TestTenancyInstallActsAsTheTenantsServiceAccount(t *testing.T) {
 		return stage(cd, "A").State == capstanv1.StageFailed && strings.Contains(stage(cd, "A").Message, deployer)
 	})
 	t.Logf("as the default ServiceAccount: %s", stage(got, "A").Message)
-	nothingApplied("refused as " + deployer)
+	nothingApplied(ns, "refused as "+deployer)
 
 	// The tenant names a ServiceAccount of its namespace that may write
 	// ConfigMaps: Capstan may not act as it.
@@ -184,7 +185,7 @@ func TestTenancyInstallActsAsTheTenantsServiceAccount(t *testing.T) {
 		t.Fatalf("a deployment naming ServiceAccount %s/admin became Ready acting as it: the tenant acted as a ServiceAccount it was not given (%s)", ns, describe(got))
 	}
 	t.Logf("naming admin: %s", describe(got))
-	nothingApplied("refused as " + ns + "/admin")
+	nothingApplied(ns, "refused as "+ns+"/admin")
 
 	// The tenant may not write what Capstan says of its deployment.
 	got.Status.Conditions = nil
@@ -206,4 +207,17 @@ func TestTenancyInstallActsAsTheTenantsServiceAccount(t *testing.T) {
 			t.Errorf("%s %s/%s not applied by the deployment: %v (%s)", gvk.Kind, ns, name, o, describe(got))
 		}
 	}
+
+	// A namespace the platform did not bind to Capstan (someone else may
+	// create ClusterDeployments there): Capstan reads none of its Secrets
+	// and acts as none of its ServiceAccounts, says so, and applies
+	// nothing.
+	unbound := newNamespace(t)
+	createDeployment(t, c, unbound, "stray", ownedSpec(url, unbound, gitSecret(t, c, unbound), "A"))
+	capstanUser := "system:serviceaccount:" + home + ":capstan"
+	stray := waitDeployment(t, c, unbound, "stray", "refused: Capstan is not bound in "+unbound, func(cd *capstanv1.ClusterDeployment) bool {
+		return strings.Contains(describe(cd), capstanUser) && strings.Contains(describe(cd), "forbidden")
+	})
+	t.Logf("in a namespace not bound to Capstan: %s", describe(stray))
+	nothingApplied(unbound, "a namespace not bound to Capstan")
 }
