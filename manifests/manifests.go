@@ -8,9 +8,11 @@ package manifests
 import "embed"
 
 // Kustomization holds kustomization.yaml and everything it lists: what
-// `kubectl apply -k manifests/` and `capstan install` apply.
+// `kubectl apply -k manifests/` and `capstan install` apply, and the
+// components an install may add (components/tenancy, the multi-tenant
+// install of `capstan install --tenancy`).
 //
-//go:embed kustomization.yaml crds/*.yaml install/*.yaml
+//go:embed kustomization.yaml crds/*.yaml install/*.yaml components/*/*.yaml
 var Kustomization embed.FS
 
 // CRDs holds crds/*.yaml.

@@ -50,10 +50,25 @@ type Options struct {
 	// MetricsPort and HealthPort are the container ports; 0 means 8080 and
 	// 8081. With HostNetwork they are ports of the node.
 	MetricsPort, HealthPort int
+	// Tenancy adds components/tenancy: the multi-tenant install, in which
+	// every deployment acts as a ServiceAccount of its own namespace
+	// (capstan-deployer unless it names another) and Capstan reads
+	// Secrets and impersonates only in the namespaces bound to it
+	// (docs/tenancy.md#multi-tenant-install).
+	Tenancy bool
 	// Patches are kustomize patches applied last: strategic-merge patches
 	// that name their object, or JSON 6902 patches with a target.
 	Patches []types.Patch
 }
+
+// TenancyComponent is the kustomize component of the multi-tenant install,
+// relative to the manifests' root.
+const TenancyComponent = "components/tenancy"
+
+// DefaultTenantServiceAccount is the ServiceAccount a deployment acts as in
+// the multi-tenant install when it names none: capstan-deployer of its own
+// namespace.
+const DefaultTenantServiceAccount = "capstan-deployer"
 
 // Source is the root source the daemon follows.
 type Source struct {
@@ -208,6 +223,9 @@ func kustomization(opts Options) ([]byte, error) {
 		if d, err := time.ParseDuration(opts.Source.Interval); err != nil || d <= 0 {
 			errs = append(errs, fmt.Errorf("source interval %q: want a positive duration such as 1m", opts.Source.Interval))
 		}
+	}
+	if opts.Tenancy {
+		k.Components = append(k.Components, TenancyComponent)
 	}
 	if opts.Replicas > 0 {
 		k.Replicas = append(k.Replicas, types.Replica{Name: "capstan", Count: int64(opts.Replicas)})

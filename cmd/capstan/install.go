@@ -38,6 +38,7 @@ func (f *installFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.opts.APIServer, "api-server", "", `"host:port" the pods reach the API server at, when the kubernetes Service does not work yet (no kube-proxy)`)
 	fs.IntVar(&f.opts.MetricsPort, "metrics-port", 0, "container port of /metrics (default 8080)")
 	fs.IntVar(&f.opts.HealthPort, "health-port", 0, "container port of /healthz and /readyz (default 8081)")
+	fs.BoolVar(&f.opts.Tenancy, "tenancy", false, "the multi-tenant install (docs/tenancy.md): deployments that name no ServiceAccount act as capstan-deployer of their namespace, and Capstan reads Secrets and impersonates only in the namespaces bound to its role capstan-namespace")
 	fs.StringArrayVar(&f.patches, "patch", nil, "file with a strategic-merge patch of one of the installed objects (names its kind and metadata.name); repeatable")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Minute, "how long to wait for the daemon to be ready")
 	fs.BoolVar(&f.export, "export", false, "print the manifests as YAML instead of applying them (to commit them, or to apply them with kubectl)")
@@ -45,19 +46,33 @@ func (f *installFlags) BindFlags(fs *pflag.FlagSet) {
 
 // objects renders the manifests the flags ask for.
 func (f *installFlags) objects() ([]*unstructured.Unstructured, error) {
+	opts, err := f.options()
+	if err != nil {
+		return nil, err
+	}
+	return manifests.Objects(opts)
+}
+
+// leftovers renders what an install of the other kind (plain or
+// multi-tenant) holds and this one does not.
+func (f *installFlags) leftovers() ([]*unstructured.Unstructured, error) {
+	opts, err := f.options()
+	if err != nil {
+		return nil, err
+	}
+	return manifests.Leftovers(opts)
+}
+
+func (f *installFlags) options() (manifests.Options, error) {
 	opts := f.opts
 	for _, p := range f.patches {
 		data, err := os.ReadFile(p)
 		if err != nil {
-			return nil, fmt.Errorf("--patch: %w", err)
+			return opts, fmt.Errorf("--patch: %w", err)
 		}
 		opts.Patches = append(opts.Patches, types.Patch{Patch: string(data)})
 	}
-	objs, err := manifests.Objects(opts)
-	if err != nil {
-		return nil, err
-	}
-	return objs, nil
+	return opts, nil
 }
 
 func newInstallCommand() *cobra.Command {
@@ -77,6 +92,10 @@ instead, for kubectl or for a repository.`,
   # a cluster whose network add-on is not installed yet
   capstan install --host-network --api-server 10.0.0.10:6443
 
+  # teams create ClusterDeployments in their own namespaces
+  # (docs/tenancy.md: what to bind in each one)
+  capstan install --tenancy --source https://git.example/infra.git
+
   capstan install --export > capstan.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -87,13 +106,17 @@ instead, for kubectl or for a repository.`,
 			if f.export {
 				return writeYAML(cmd.OutOrStdout(), objs)
 			}
+			leftovers, err := f.leftovers()
+			if err != nil {
+				return err
+			}
 			c, err := cluster.client()
 			if err != nil {
 				return err
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
 			defer cancel()
-			return install(ctx, c, objs, cmd.OutOrStdout())
+			return install(ctx, c, objs, leftovers, cmd.OutOrStdout())
 		},
 	}
 	cluster.BindFlags(cmd.Flags())
@@ -101,10 +124,16 @@ instead, for kubectl or for a repository.`,
 	return cmd
 }
 
-func install(ctx context.Context, c client.Client, objs []*unstructured.Unstructured, out io.Writer) error {
+// install applies objs, deletes leftovers (the RBAC of an install of the
+// other kind: switching to --tenancy takes the cluster-wide bindings
+// away) and waits for the daemon.
+func install(ctx context.Context, c client.Client, objs, leftovers []*unstructured.Unstructured, out io.Writer) error {
 	begin := time.Now()
 	in := manifests.NewInstaller(c, out)
 	if _, err := in.Apply(ctx, objs); err != nil {
+		return err
+	}
+	if err := in.Remove(ctx, leftovers); err != nil {
 		return err
 	}
 	if err := in.Wait(ctx, objs); err != nil {
@@ -132,6 +161,12 @@ or --keep-crds (they stay for a later install).`,
 			if err != nil {
 				return err
 			}
+			// Whichever kind of install it was, its RBAC goes.
+			leftovers, err := f.leftovers()
+			if err != nil {
+				return err
+			}
+			objs = append(objs, leftovers...)
 			c, err := cluster.client()
 			if err != nil {
 				return err

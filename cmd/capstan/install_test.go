@@ -38,7 +38,7 @@ func TestInstallExportPrintsWhatInstallApplies(t *testing.T) {
 			deployment = obj
 		}
 	}
-	for kind, want := range map[string]int{"CustomResourceDefinition": 3, "Namespace": 1, "Deployment": 1, "ClusterRole": 3, "ServiceAccount": 1} {
+	for kind, want := range map[string]int{"CustomResourceDefinition": 3, "Namespace": 1, "Deployment": 1, "ClusterRole": 5, "ServiceAccount": 1} {
 		if kinds[kind] != want {
 			t.Errorf("%d %s in the export, want %d (all: %v)", kinds[kind], kind, want, kinds)
 		}
@@ -55,5 +55,23 @@ func TestInstallExportPrintsWhatInstallApplies(t *testing.T) {
 	}
 	if _, err := runCapstan(t, "install", "--export", "--patch", patch); err == nil || !strings.Contains(err.Error(), `no Service "typo"`) {
 		t.Errorf("a patch of nothing: err %v, want one naming it", err)
+	}
+}
+
+// TestInstallTenancyExportsTheMultiTenantInstall: --tenancy adds the
+// component: the daemon's --default-service-account, the tenant role, and
+// no cluster-wide binding of capstan-namespace.
+func TestInstallTenancyExportsTheMultiTenantInstall(t *testing.T) {
+	out, err := runCapstan(t, "install", "--export", "--tenancy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"--default-service-account=capstan-deployer", "name: capstan-tenant", "kind: RoleBinding\nmetadata:\n  labels:\n    app.kubernetes.io/part-of: capstan\n  name: capstan-namespace"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the --tenancy export lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "kind: ClusterRoleBinding\nmetadata:\n  labels:\n    app.kubernetes.io/part-of: capstan\n  name: capstan-namespace\n") {
+		t.Error("the --tenancy export binds capstan-namespace cluster-wide")
 	}
 }

@@ -108,6 +108,13 @@ type Collector struct {
 
 	mu          sync.Mutex
 	deployments map[key]*deployment
+	// stageUsers counts, per stage name, the deployments whose recorded
+	// status has a stage of that name; ended holds the names with a
+	// stage_duration_seconds series. A name is a committer's string, so a
+	// name no deployment uses any more loses its histogram: renaming a
+	// stage at every revision must not grow the series without bound.
+	stageUsers map[string]int
+	ended      map[string]bool
 }
 
 type key struct{ namespace, name string }
@@ -227,6 +234,8 @@ func newCollector() *Collector {
 		}, append(perDeployment, "phase")),
 		now:         time.Now,
 		deployments: map[key]*deployment{},
+		stageUsers:  map[string]int{},
+		ended:       map[string]bool{},
 	}
 	// Series that exist before anything happened, so that dashboards and
 	// absent() see the daemon as soon as it serves metrics.

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/fluxcd/pkg/ssa"
+	"github.com/prometheus/client_golang/prometheus"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 )
@@ -33,12 +34,23 @@ func (c *Collector) recordStages(cd *capstanv1.ClusterDeployment, suspended bool
 		stuck := st.Stuck && st.State != capstanv1.StageReady && !suspended
 		c.stageStuck.WithLabelValues(cd.Namespace, cd.Name, st.Name).Set(b2f(stuck))
 	}
+	left := false
 	for name := range d.stages {
 		if !seen[name] {
 			c.deleteStage(cd.Namespace, cd.Name, name)
+			c.stageUsers[name]--
+			left = true
+		}
+	}
+	for name := range seen {
+		if !d.stages[name] {
+			c.stageUsers[name]++
 		}
 	}
 	d.stages = seen
+	if left {
+		c.dropUnusedStageNames()
+	}
 	if p := cd.Status.Pivot; p != nil && p.Phase != "" {
 		for _, phase := range capstanv1.PivotPhases {
 			c.pivotState.WithLabelValues(cd.Namespace, cd.Name, string(phase)).Set(b2f(phase == p.Phase))
@@ -59,7 +71,31 @@ func (c *Collector) deleteStage(namespace, name, stage string) {
 // ObserveStageEnd records how long a stage ran until it became Ready or
 // until an attempt at it failed. A stage still waiting has not ended.
 func (c *Collector) ObserveStageEnd(stage string, result StageResult, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ended[stage] = true
 	c.stageDuration.WithLabelValues(stage, string(result)).Observe(d.Seconds())
+}
+
+// dropUnusedStageNames deletes the stage_duration_seconds series of every
+// stage name no known deployment has in its status any more; c.mu is
+// held. A stage that ends before its first status write names it (rare:
+// the status says InProgress first) loses its observation if another
+// deployment drops a stage in between, which keeps the rule simple: the
+// histogram of a name lives as long as some deployment uses the name.
+func (c *Collector) dropUnusedStageNames() {
+	for name := range c.ended {
+		if c.stageUsers[name] > 0 {
+			continue
+		}
+		c.stageDuration.DeletePartialMatch(prometheus.Labels{"stage": name})
+		delete(c.ended, name)
+	}
+	for name, n := range c.stageUsers {
+		if n <= 0 {
+			delete(c.stageUsers, name)
+		}
+	}
 }
 
 // ObserveReconcile records one reconcile of the deployment. Only
@@ -137,9 +173,10 @@ func (c *Collector) RecordSuspended(cd *capstanv1.ClusterDeployment) {
 	c.failures.DeletePartialMatch(labels)
 }
 
-// Forget deletes every series of a ClusterDeployment, once it is deleted.
-// The stage and reconcile histograms are kept: they aggregate over
-// deployments.
+// Forget deletes every series of a ClusterDeployment, once it is deleted,
+// and the stage_duration_seconds series of the stage names no other
+// deployment has. The other histograms are kept: they aggregate over
+// deployments and have no label a deployment chooses.
 func (c *Collector) Forget(namespace, name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -147,7 +184,13 @@ func (c *Collector) Forget(namespace, name string) {
 	for _, vec := range c.perDeployment() {
 		vec.DeletePartialMatch(labels)
 	}
+	if d, ok := c.deployments[key{namespace, name}]; ok {
+		for stage := range d.stages {
+			c.stageUsers[stage]--
+		}
+	}
 	delete(c.deployments, key{namespace, name})
+	c.dropUnusedStageNames()
 }
 
 // Drift actions.
