@@ -243,7 +243,9 @@ func classifyApplyErrorAs(obj *unstructured.Unstructured, err error, actor strin
 	case isRBACDenied(err) && actor != "" && strings.Contains(err.Error(), "cannot impersonate"):
 		return &failure.Error{Reason: ReasonForbidden, Policy: failure.PolicyStalled, RetryAfter: forbiddenRecheck,
 			Err: fmt.Errorf("%w; Capstan may not act as ServiceAccount %s: its own role needs impersonate on serviceaccounts, "+
-				"which capstan-manager grants (manifests/install/rbac.yaml; capstan install puts it back); "+
+				"which the role capstan-namespace grants: bound cluster-wide by the plain install (capstan install puts it back), "+
+				"and by the multi-tenant install only for ServiceAccounts named capstan-deployer in namespaces where the platform binds it "+
+				"(another ServiceAccount needs a Role with its name in resourceNames: docs/tenancy.md, \"What to bind in each tenant namespace\"); "+
 				"the stage is tried again every minute, or at once with capstan reconcile", wrapped, actor)}
 	case isRBACDenied(err) && actor != "":
 		return &failure.Error{Reason: ReasonForbidden, Policy: failure.PolicyStalled, RetryAfter: forbiddenRecheck,
