@@ -248,6 +248,7 @@ func newRunCommand() *cobra.Command {
 	var self selfInstallFlags
 	var limits limitFlags
 	var rep reportFlags
+	var kubeconfigs kubeconfigFlags
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the daemon: reconcile every ClusterDeployment, and those committed under the root source",
@@ -284,6 +285,7 @@ func newRunCommand() *cobra.Command {
 			opts.ClusterName = daemon.clusterName
 			opts.Artifacts = limits.opts
 			opts.Report = rep.opts
+			opts.Kubeconfigs = kubeconfigs.policy
 			if i := self.installer(root); i != nil {
 				opts.Installer = i
 			}
@@ -300,6 +302,7 @@ func newRunCommand() *cobra.Command {
 	self.BindFlags(cmd.Flags())
 	limits.BindFlags(cmd.Flags())
 	rep.BindFlags(cmd.Flags())
+	kubeconfigs.BindFlags(cmd.Flags())
 	return cmd
 }
 
