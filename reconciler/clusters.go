@@ -254,7 +254,8 @@ func (r *Reconciler) executorFor(ctx context.Context, cd *capstanv1.ClusterDeplo
 		return nil, err
 	}
 	if ref.Cluster != nil {
-		what := "kubeConfig.cluster: the Cluster API Cluster whose Secret " + key.secret + " to use"
+		what := fmt.Sprintf("kubeConfig.cluster: Cluster API Cluster %s/%s (its kubeconfig Secret %s)",
+			key.namespace, strings.TrimSuffix(key.secret, "-kubeconfig"), key.secret)
 		if err := r.clusters.rules.namespaceAllowed(cd, key.namespace, what); err != nil {
 			return nil, err
 		}
