@@ -63,7 +63,9 @@ func (d clusterDiffer) parts(ctx context.Context, cd *capstanv1.ClusterDeploymen
 		part := stages.PlanPart{Stages: []int{i}, Cluster: "Secret " + key.namespace + "/" + key.secret}
 		exec, err := d.via(ctx, cd, key)
 		switch {
-		case stages.IsUnreachable(err):
+		case stages.IsUnreachable(err), stages.IsStalled(err):
+			// A kubeconfig refused (docs/kubeconfigs.md) is not compared
+			// either: the walk stalls on it, and the plan says why.
 			part.NotCompared = err.Error()
 		case err != nil:
 			return err

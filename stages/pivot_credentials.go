@@ -37,10 +37,6 @@ type Installed struct {
 	Withheld string
 }
 
-// HomeNamespace is the namespace Capstan runs in (WithHomeNamespace), ""
-// when it is not known.
-func (e *Executor) HomeNamespace() string { return e.homeNamespace }
-
 // installFor says whether cd may hand the root source's credentials to
 // the Capstan its pivot installs.
 func (e *Executor) installFor(cd *capstanv1.ClusterDeployment) InstallFor {
