@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -332,4 +333,62 @@ func FuzzKubeconfig(f *testing.F) {
 			t.Fatalf("accepted a kubeconfig that runs a command, reads a file or skips TLS verification: %+v", cfg)
 		}
 	})
+}
+
+// TestClusterUIDIsAskedOncePerConnection: a connection reads namespace
+// kube-system once, whatever the answer, and a refusal means "cannot
+// tell".
+func TestClusterUIDIsAskedOncePerConnection(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		want   string
+	}{
+		{"the credential may read it", http.StatusOK, "the-uid"},
+		{"the credential may not", http.StatusForbidden, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			asked := 0
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				switch r.URL.Path {
+				case "/api":
+					fmt.Fprint(w, `{"kind":"APIVersions","versions":["v1"],"serverAddressByClientCIDRs":[]}`)
+				case "/apis":
+					fmt.Fprint(w, `{"kind":"APIGroupList","apiVersion":"v1","groups":[]}`)
+				case "/api/v1":
+					fmt.Fprint(w, `{"kind":"APIResourceList","groupVersion":"v1","resources":[{"name":"namespaces","singularName":"namespace","namespaced":false,"kind":"Namespace","verbs":["get"]}]}`)
+				case "/api/v1/namespaces/kube-system":
+					mu.Lock()
+					asked++
+					mu.Unlock()
+					if tc.status != http.StatusOK {
+						w.WriteHeader(tc.status)
+						fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":%d}`, tc.status)
+						return
+					}
+					fmt.Fprint(w, `{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"kube-system","uid":"the-uid"}}`)
+				default:
+					http.NotFound(w, r)
+				}
+			}))
+			defer srv.Close()
+			remote, err := stages.NewKubeconfigCluster("Secret ns/k", kubeconfigWith(t, func(c *clientcmdapi.Config) {
+				c.Clusters["c"].Server, c.Clusters["c"].CertificateAuthorityData = srv.URL, nil
+			}), scheme.Scheme)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				got, err := remote.(stages.ClusterIdentifier).ClusterUID(t.Context())
+				if err != nil || got != tc.want {
+					t.Fatalf("ClusterUID = %q, %v; want %q", got, err, tc.want)
+				}
+			}
+			if asked != 1 {
+				t.Errorf("namespace kube-system read %d times for one connection, want once", asked)
+			}
+		})
+	}
 }
