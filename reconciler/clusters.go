@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/failure"
 	"github.com/capstan-dev/capstan/stages"
 	"github.com/capstan-dev/capstan/stages/pivot"
 )
@@ -48,13 +49,22 @@ type clusterEntry struct {
 type clusterCache struct {
 	reader client.Reader
 	scheme *runtime.Scheme
+	// rules decide which Secrets a deployment may read and which clusters
+	// it may reach (clusters_rules.go).
+	rules *kubeconfigRules
 
 	mu      sync.Mutex
 	entries map[clusterKey]*clusterEntry
 }
 
-func newClusterCache(reader client.Reader, scheme *runtime.Scheme) *clusterCache {
-	return &clusterCache{reader: reader, scheme: scheme, entries: map[clusterKey]*clusterEntry{}}
+// newClusterCache returns a cache reading Secrets through reader. rules
+// may be nil: then no deployment is the platform's, none acts as a
+// ServiceAccount, and kubeconfigs hold only what connects.
+func newClusterCache(reader client.Reader, scheme *runtime.Scheme, rules *kubeconfigRules) *clusterCache {
+	if rules == nil {
+		rules = &kubeconfigRules{}
+	}
+	return &clusterCache{reader: reader, scheme: scheme, rules: rules, entries: map[clusterKey]*clusterEntry{}}
 }
 
 // kubeConfigFor returns the kubeconfig a stage acts through: its own,
@@ -80,7 +90,8 @@ const clusterAPIGroup = "cluster.x-k8s.io"
 
 // resolveKubeConfig turns ref into the Secret and key to read: the named
 // Secret in cd's namespace, or the one Cluster API writes for a Cluster
-// the deployment applies (objects), in that Cluster's namespace. A
+// the deployment applies (objects), in that Cluster's namespace (which
+// the cache refuses unless it is cd's own, or cd is the platform's). A
 // reference that names no such Cluster, or that is ambiguous, is stalled:
 // only a change to the source or the deployment can fix it.
 func resolveKubeConfig(cd *capstanv1.ClusterDeployment, ref *capstanv1.KubeConfigReference, objects []*unstructured.Unstructured) (clusterKey, error) {
@@ -124,10 +135,32 @@ func resolveKubeConfig(cd *capstanv1.ClusterDeployment, ref *capstanv1.KubeConfi
 
 // get returns the connection to the cluster of the kubeconfig at key for
 // deployment cd, reading the Secret (one GET) to see whether it changed.
-// A Secret that is missing, lacks the key or holds no usable kubeconfig
-// is an UnreachableError naming the Secret and key: the stage waits until
-// it is fixed. Errors never quote the Secret's content.
+// A Secret in another namespace than cd's is refused before anything is
+// read, unless cd is the platform's. A Secret that is missing, lacks the
+// key or holds no usable kubeconfig is an UnreachableError naming the
+// Secret and key: the stage waits until it is fixed. A kubeconfig with a
+// field Capstan does not use from a Secret (exec, tokenFile, a file path,
+// insecure-skip-tls-verify), or one that takes a deployment acting as a
+// ServiceAccount into the cluster Capstan runs in, is stalled. Errors
+// never quote the Secret's content.
 func (c *clusterCache) get(ctx context.Context, cd *capstanv1.ClusterDeployment, key clusterKey) (stages.Cluster, error) {
+	name := "Secret " + key.namespace + "/" + key.secret
+	if err := c.rules.namespaceAllowed(cd, key.namespace, "kubeconfig "+name); err != nil {
+		return nil, err
+	}
+	cluster, err := c.connection(ctx, cd, key)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.rules.sameClusterAllowed(ctx, cd, cluster); err != nil {
+		return nil, fmt.Errorf("kubeconfig %s key %s: %w", name, key.key, err)
+	}
+	return cluster, nil
+}
+
+// connection returns the connection built from the Secret at key, built
+// anew when the Secret changed.
+func (c *clusterCache) connection(ctx context.Context, cd *capstanv1.ClusterDeployment, key clusterKey) (stages.Cluster, error) {
 	user := cd.Namespace + "/" + cd.Name
 	name := "Secret " + key.namespace + "/" + key.secret
 	secret := &corev1.Secret{}
@@ -151,12 +184,23 @@ func (c *clusterCache) get(ctx context.Context, cd *capstanv1.ClusterDeployment,
 	if !ok {
 		return nil, &stages.UnreachableError{Cluster: name, Err: fmt.Errorf("key %s: not in the Secret (it has %s)", key.key, keyList(secret.Data))}
 	}
-	cluster, err := stages.NewKubeconfigCluster(name, data, c.scheme)
+	cluster, err := stages.NewKubeconfigCluster(name, data, c.scheme, stages.WithKubeconfigPolicy(c.rules.policy))
+	if stages.IsKubeconfigRefused(err) {
+		return nil, refusedKubeconfig(name, key.key, err)
+	}
 	if err != nil {
 		return nil, &stages.UnreachableError{Cluster: name, Err: fmt.Errorf("key %s: %w", key.key, err)}
 	}
 	c.entries[key] = &clusterEntry{resourceVersion: secret.ResourceVersion, cluster: cluster, users: map[string]bool{user: true}}
 	return cluster, nil
+}
+
+// refusedKubeconfig is the stalled error of a kubeconfig with fields
+// Capstan does not use from a Secret, naming the Secret and key. It is
+// looked at again after refusedRetry: nothing watches the Secret.
+func refusedKubeconfig(name, key string, err error) error {
+	return &failure.Error{Reason: stages.ReasonKubeconfigRefused, Policy: failure.PolicyStalled, RetryAfter: refusedRetry,
+		Err: fmt.Errorf("kubeconfig %s key %s: %w (docs/kubeconfigs.md)", name, key, err)}
 }
 
 func keyList(data map[string][]byte) string {
@@ -209,6 +253,13 @@ func (r *Reconciler) executorFor(ctx context.Context, cd *capstanv1.ClusterDeplo
 	if err != nil {
 		return nil, err
 	}
+	if ref.Cluster != nil {
+		what := fmt.Sprintf("kubeConfig.cluster: Cluster API Cluster %s/%s (its kubeconfig Secret %s)",
+			key.namespace, strings.TrimSuffix(key.secret, "-kubeconfig"), key.secret)
+		if err := r.clusters.rules.namespaceAllowed(cd, key.namespace, what); err != nil {
+			return nil, err
+		}
+	}
 	return r.executorVia(ctx, cd, key)
 }
 
@@ -223,14 +274,26 @@ func (r *Reconciler) executorVia(ctx context.Context, cd *capstanv1.ClusterDeplo
 }
 
 // inventoryKey is the kubeconfig an inventory stage's objects were
-// applied through: localRef for the cluster Capstan runs in.
-func inventoryKey(s capstanv1.InventoryStage) clusterKey {
+// applied through: localRef for the cluster Capstan runs in. The record
+// is status, which whoever may patch the status subresource may write:
+// its Secret is in cd's own namespace, whatever the record says, unless
+// rules let cd read other namespaces (the platform's) and the record
+// names one. Otherwise a record naming another namespace is refused
+// (stalled), and nothing is read there.
+func inventoryKey(cd *capstanv1.ClusterDeployment, s capstanv1.InventoryStage, rules *kubeconfigRules) (clusterKey, error) {
 	if s.KubeConfig == nil {
-		return localRef
+		return localRef, nil
 	}
-	key := clusterKey{namespace: s.KubeConfigNamespace, secret: s.KubeConfig.Name, key: s.KubeConfig.Key}
+	key := clusterKey{namespace: cd.Namespace, secret: s.KubeConfig.Name, key: s.KubeConfig.Key}
 	if key.key == "" {
 		key.key = capstanv1.DefaultKubeConfigKey
 	}
-	return key
+	if ns := s.KubeConfigNamespace; ns != "" && ns != cd.Namespace {
+		what := "status.inventory stage " + s.Name + ": kubeconfig Secret " + ns + "/" + key.secret
+		if err := rules.namespaceAllowed(cd, ns, what); err != nil {
+			return clusterKey{}, err
+		}
+		key.namespace = ns
+	}
+	return key, nil
 }

@@ -55,7 +55,7 @@ func TestClusterCacheKeysConnectionsBySecretVersion(t *testing.T) {
 	ctx := t.Context()
 	key := client.ObjectKey{Namespace: "ns", Name: "mgmt-kubeconfig"}
 	store := secrets{}
-	cache := newClusterCache(store, Scheme())
+	cache := newClusterCache(store, Scheme(), nil)
 	cd := func(name string) *capstanv1.ClusterDeployment {
 		return &capstanv1.ClusterDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
 	}

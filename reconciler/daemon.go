@@ -77,6 +77,11 @@ type Options struct {
 	// Installer, when set, lets a pivot stage install Capstan into the
 	// cluster it moved a deployment into (`capstan run --image` sets one).
 	Installer stages.Installer
+	// Kubeconfigs says what a kubeconfig Secret may hold beyond what only
+	// connects: exec plugins and auth-providers, insecure TLS (capstan
+	// run --insecure-kubeconfig-exec, --insecure-kubeconfig-tls;
+	// docs/kubeconfigs.md). The zero value allows neither.
+	Kubeconfigs stages.KubeconfigPolicy
 
 	// Report configures status commits to git (docs/report.md).
 	Report ReportOptions
@@ -221,7 +226,8 @@ func New(opts Options) (*Daemon, error) {
 		return nil, fmt.Errorf("new daemon: %w", err)
 	}
 	execOpts = append(execOpts, shard.executorOptions()...)
-	execOpts = append(execOpts, stages.WithHomeNamespace(opts.LeaderElection.homeNamespace()))
+	home := opts.homeNamespace()
+	execOpts = append(execOpts, stages.WithHomeNamespace(home))
 	srcs, err := newSourceCache(opts.Artifacts)
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: %w", err)
@@ -231,7 +237,7 @@ func New(opts Options) (*Daemon, error) {
 		executor: stages.NewExecutor(direct, execOpts...),
 		actors:   newActors(opts.Config, scheme, mgr.GetRESTMapper()),
 		sources:  srcs,
-		clusters: newClusterCache(mgr.GetAPIReader(), scheme),
+		clusters: newClusterCache(mgr.GetAPIReader(), scheme, &kubeconfigRules{home: home, policy: opts.Kubeconfigs, homeID: homeIdentity(mgr.GetAPIReader())}),
 		events:   shard.recorder(mgr.GetEventRecorder("capstan")),
 		metrics:  collector,
 		opts:     opts.Reconciler,
@@ -253,7 +259,9 @@ func New(opts Options) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: create core client: %w", err)
 	}
+	r.clusters.rules.actorOf = r.actorOf
 	r.drift = newDriftWatcher(mgr.GetLogger().WithName("drift"), watchConn{name: stages.LocalClusterName, meta: meta, mapper: mgr.GetRESTMapper()}, core.RESTClient(), scheme, drifts)
+	r.drift.rules = r.clusters.rules
 	if err := mgr.Add(shard.everyReplica(r.drift)); err != nil {
 		return nil, fmt.Errorf("new daemon: add drift watcher: %w", err)
 	}
@@ -285,7 +293,7 @@ func New(opts Options) (*Daemon, error) {
 	}
 	d := &Daemon{manager: mgr, reconciler: r, stop: make(chan struct{}), done: make(chan struct{}), identity: id, shard: shard, logger: opts.Logger}
 	if opts.Root != nil {
-		root, err := newRootSource(*opts.Root, mgr.GetClient(), r.sources, opts.LeaderElection.homeNamespace())
+		root, err := newRootSource(*opts.Root, mgr.GetClient(), r.sources, home)
 		if err != nil {
 			return nil, fmt.Errorf("new daemon: %w", err)
 		}

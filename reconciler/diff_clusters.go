@@ -38,7 +38,10 @@ func (d clusterDiffer) diff(ctx context.Context, cd *capstanv1.ClusterDeployment
 	}
 	owner := stages.Owner{Name: cd.Name, Namespace: cd.Namespace}
 	return stages.DiffParts(ctx, plan, owner, opts, parts, func(s capstanv1.InventoryStage) (*stages.Executor, error) {
-		key := inventoryKey(s)
+		key, err := inventoryKey(cd, s, d.clusters.rules)
+		if err != nil {
+			return nil, err
+		}
 		if key == localRef {
 			return d.home, nil
 		}
@@ -60,7 +63,9 @@ func (d clusterDiffer) parts(ctx context.Context, cd *capstanv1.ClusterDeploymen
 		part := stages.PlanPart{Stages: []int{i}, Cluster: "Secret " + key.namespace + "/" + key.secret}
 		exec, err := d.via(ctx, cd, key)
 		switch {
-		case stages.IsUnreachable(err):
+		case stages.IsUnreachable(err), stages.IsStalled(err):
+			// A kubeconfig refused (docs/kubeconfigs.md) is not compared
+			// either: the walk stalls on it, and the plan says why.
 			part.NotCompared = err.Error()
 		case err != nil:
 			return err
@@ -143,6 +148,11 @@ type PreviewOptions struct {
 	// Config is c's REST config; the client that acts as ServiceAccount
 	// is made from it.
 	Config *rest.Config
+	// Kubeconfigs says what the kubeconfig Secrets read may hold beyond
+	// what only connects (docs/kubeconfigs.md); the zero value allows no
+	// exec plugin and no insecure TLS: a tenant's Secret never runs a
+	// command on the machine of whoever previews.
+	Kubeconfigs stages.KubeconfigPolicy
 }
 
 // DiffPreview compares plan, a revision of a deployment, with every
@@ -155,7 +165,11 @@ type PreviewOptions struct {
 // *ImpersonationError and nothing is compared.
 func DiffPreview(ctx context.Context, c client.WithWatch, owner stages.Owner, spec capstanv1.ClusterDeploymentSpec, live *capstanv1.ClusterDeployment, plan *stages.Plan, opts PreviewOptions) (*stages.PlanDiff, error) {
 	home := stages.NewExecutor(c)
+	rules := &kubeconfigRules{policy: opts.Kubeconfigs, homeID: homeIdentity(c)}
 	if opts.ServiceAccount != "" {
+		rules.actorOf = func(cd *capstanv1.ClusterDeployment) string {
+			return serviceAccountUser(cd.Namespace, opts.ServiceAccount)
+		}
 		user := serviceAccountUser(owner.Namespace, opts.ServiceAccount)
 		as, err := actingAs(opts.Config, c.Scheme(), c.RESTMapper(), user)
 		if err != nil {
@@ -166,7 +180,7 @@ func DiffPreview(ctx context.Context, c client.WithWatch, owner stages.Owner, sp
 		}
 		home = home.As(as, actorName(user))
 	}
-	d := clusterDiffer{home: home, clusters: newClusterCache(c, c.Scheme())}
+	d := clusterDiffer{home: home, clusters: newClusterCache(c, c.Scheme(), rules)}
 	return d.diff(ctx, previewDeployment(owner, spec, live), plan, DiffOptionsFor(spec, live))
 }
 

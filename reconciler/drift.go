@@ -45,6 +45,9 @@ type driftWatcher struct {
 	secrets rest.Interface // reads kubeconfig Secrets in the cluster Capstan runs in
 	scheme  *runtime.Scheme
 	wake    chan<- event.GenericEvent
+	// rules say which kubeconfig Secrets a deployment's objects are
+	// watched through, and what a kubeconfig may hold; nil: the defaults.
+	rules *kubeconfigRules
 
 	mu  sync.Mutex
 	ctx context.Context // set by Start: watches live as long as it
@@ -120,13 +123,18 @@ func (w *driftWatcher) Start(ctx context.Context) error {
 
 // watchedOf returns the objects of cd's inventory to watch, by the
 // kubeconfig they were applied through: none when spec.drift is ignore.
-func watchedOf(cd *capstanv1.ClusterDeployment) map[clusterKey]map[string]string {
+func watchedOf(cd *capstanv1.ClusterDeployment, rules *kubeconfigRules) map[clusterKey]map[string]string {
 	refs := map[clusterKey]map[string]string{}
 	if cd.Spec.Drift == capstanv1.DriftIgnore || cd.Status.Inventory == nil {
 		return refs
 	}
 	for _, s := range cd.Status.Inventory.Stages {
-		ref := inventoryKey(s)
+		ref, err := inventoryKey(cd, s, rules)
+		if err != nil {
+			// Refused (another namespace's Secret): not watched; the
+			// walk and the prune say why.
+			continue
+		}
 		for _, e := range s.Entries {
 			if refs[ref] == nil {
 				refs[ref] = map[string]string{}
@@ -148,7 +156,7 @@ func (w *driftWatcher) track(cd *capstanv1.ClusterDeployment) {
 		return
 	}
 	key := types.NamespacedName{Namespace: cd.Namespace, Name: cd.Name}
-	refs := watchedOf(cd)
+	refs := watchedOf(cd, w.rules)
 	w.mu.Lock()
 	if w.ctx == nil {
 		w.pending = append(slices.DeleteFunc(w.pending, func(p *capstanv1.ClusterDeployment) bool {

@@ -128,7 +128,11 @@ func (w *driftWatcher) kubeconfigChanged(ref clusterKey, kw *kubeconfigWatch, ob
 // key, never the content.
 func (w *driftWatcher) connect(ref clusterKey, data []byte) (watchConn, error) {
 	name := "Secret " + ref.namespace + "/" + ref.secret
-	cluster, err := stages.NewKubeconfigCluster(name, data, w.scheme)
+	var policy stages.KubeconfigPolicy
+	if w.rules != nil {
+		policy = w.rules.policy
+	}
+	cluster, err := stages.NewKubeconfigCluster(name, data, w.scheme, stages.WithKubeconfigPolicy(policy))
 	if err != nil {
 		return watchConn{}, fmt.Errorf("key %s: %w", ref.key, err)
 	}

@@ -42,7 +42,11 @@ func (r *Reconciler) executorForInventory(ctx context.Context, cd *capstanv1.Clu
 	if s.KubeConfig == nil {
 		return r.local(cd)
 	}
-	return r.executorVia(ctx, cd, inventoryKey(s))
+	key, err := inventoryKey(cd, s, r.clusters.rules)
+	if err != nil {
+		return nil, err
+	}
+	return r.executorVia(ctx, cd, key)
 }
 
 // pruneResult is where one pass of removing inventory objects got.
@@ -56,6 +60,10 @@ type pruneResult struct {
 	destructive []string
 	// orphaned lists stages left because their cluster cannot be reached.
 	orphaned []string
+	// refused lists, as "stage: why", stages left because their record
+	// names a kubeconfig the deployment may not use (another namespace's,
+	// or one that is refused).
+	refused []string
 }
 
 // removeStale deletes the inventory objects of groups, in reverse group
@@ -70,7 +78,11 @@ type pruneResult struct {
 //
 // A group whose cluster cannot be reached waits, unless orphanUnreachable
 // (a deployment being deleted, whose cluster may be gone for good): then
-// its objects are left and the group is returned as orphaned.
+// its objects are left and the group is returned as orphaned. A group
+// whose kubeconfig is refused (stalled: another namespace's Secret, a
+// refused field) stalls a prune; a deletion leaves its objects and
+// returns it as refused, so that a tampered status cannot hold the
+// deployment's finalizer forever.
 func (r *Reconciler) removeStale(ctx context.Context, cd *capstanv1.ClusterDeployment, groups []capstanv1.InventoryStage, why string, orphanUnreachable bool) (pruneResult, error) {
 	owner := stages.Owner{Name: cd.Name, Namespace: cd.Namespace}
 	opts := stages.PruneOptions{Destructive: cd.Spec.Prune != nil && cd.Spec.Prune.Destructive}
@@ -85,6 +97,9 @@ func (r *Reconciler) removeStale(ctx context.Context, cd *capstanv1.ClusterDeplo
 		case stages.IsUnreachable(err):
 			out.waiting = fmt.Sprintf("%s: stage %s: %v", why, g.Name, err)
 			return out, nil
+		case stages.IsStalled(err) && orphanUnreachable:
+			out.refused = append(out.refused, g.Name+": "+err.Error())
+			stages.RemoveFromInventory(cd.Status.Inventory, stages.InventoryIDs(&capstanv1.Inventory{Stages: []capstanv1.InventoryStage{g}}))
 		case err != nil:
 			return out, err
 		}
@@ -246,6 +261,9 @@ func (r *Reconciler) finalize(ctx context.Context, cd *capstanv1.ClusterDeployme
 		}
 		for _, stage := range res.orphaned {
 			r.event(cd, "Warning", "Orphaned", "left the objects of stage %s: its cluster cannot be reached", stage)
+		}
+		for _, why := range res.refused {
+			r.event(cd, "Warning", "Orphaned", "left the objects of stage %s", why)
 		}
 	}
 	patch := client.MergeFrom(cd.DeepCopy())

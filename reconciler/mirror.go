@@ -85,9 +85,14 @@ func (r *Reconciler) mirror(ctx context.Context, cd *capstanv1.ClusterDeployment
 	if st.KubeConfig == nil {
 		return errors.New("the move did not record the kubeconfig of its target")
 	}
-	key := clusterKey{namespace: st.KubeConfigNamespace, secret: st.KubeConfig.Name, key: st.KubeConfig.Key}
-	if key.namespace == "" {
-		key.namespace = cd.Namespace
+	// The record is status: its namespace is taken only where the
+	// deployment may read Secrets (clusters_rules.go).
+	key := clusterKey{namespace: cd.Namespace, secret: st.KubeConfig.Name, key: st.KubeConfig.Key}
+	if ns := st.KubeConfigNamespace; ns != "" && ns != cd.Namespace {
+		if err := r.clusters.rules.namespaceAllowed(cd, ns, "status.pivot.kubeConfig: Secret "+ns+"/"+key.secret); err != nil {
+			return err
+		}
+		key.namespace = ns
 	}
 	if key.key == "" {
 		key.key = capstanv1.DefaultKubeConfigKey

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
@@ -66,6 +65,8 @@ type remoteCluster struct {
 	client    client.WithWatch
 	discovery discovery.DiscoveryInterface
 	config    *rest.Config
+	// uid is the cluster's identity, learnt once (ClusterUID).
+	uid clusterUID
 }
 
 var _ Cluster = (*remoteCluster)(nil)
@@ -84,10 +85,17 @@ const availableTimeout = 5 * time.Second
 // NewKubeconfigCluster returns a connection to the cluster kubeconfig
 // reaches through its current context. name says where the kubeconfig
 // came from ("Secret ns/name"); errors name it, never the kubeconfig's
-// content. Nothing is requested from the cluster yet: a cluster that is
-// down still gives a connection, whose CheckAvailable says so.
-func NewKubeconfigCluster(name string, kubeconfig []byte, scheme *runtime.Scheme) (Cluster, error) {
-	cfg, err := restConfigFrom(kubeconfig)
+// content. Only the fields that say where and how to connect are used: a
+// field that runs a command, reads a file or turns TLS verification off
+// is refused (a *KubeconfigRefusedError, stalled) unless opts allow it
+// (CheckKubeconfig). Nothing is requested from the cluster yet: a cluster
+// that is down still gives a connection, whose CheckAvailable says so.
+func NewKubeconfigCluster(name string, kubeconfig []byte, scheme *runtime.Scheme, opts ...KubeconfigOption) (Cluster, error) {
+	var settings kubeconfigSettings
+	for _, o := range opts {
+		o(&settings)
+	}
+	cfg, err := restConfigFrom(kubeconfig, settings.policy)
 	if err != nil {
 		return nil, err
 	}
@@ -108,41 +116,6 @@ func NewKubeconfigCluster(name string, kubeconfig []byte, scheme *runtime.Scheme
 		return nil, fmt.Errorf("build a discovery client: %w", err)
 	}
 	return &remoteCluster{name: name, client: c, discovery: dc, config: rest.CopyConfig(cfg)}, nil
-}
-
-// restConfigFrom reads a kubeconfig. Its errors describe the problem
-// without quoting the content: a YAML error may quote a token.
-func restConfigFrom(kubeconfig []byte) (*rest.Config, error) {
-	if len(kubeconfig) == 0 {
-		return nil, errors.New("it is empty")
-	}
-	raw, err := clientcmd.Load(kubeconfig)
-	if err != nil {
-		return nil, errors.New("it does not parse as a kubeconfig (YAML or JSON)")
-	}
-	current := raw.CurrentContext
-	if current == "" {
-		return nil, errors.New("it sets no current-context")
-	}
-	kctx, ok := raw.Contexts[current]
-	if !ok {
-		return nil, fmt.Errorf("its current-context %q is not among its contexts", current)
-	}
-	cluster, ok := raw.Clusters[kctx.Cluster]
-	if !ok {
-		return nil, fmt.Errorf("context %q names cluster %q, which it does not define", current, kctx.Cluster)
-	}
-	if cluster.Server == "" {
-		return nil, fmt.Errorf("cluster %q has no server", kctx.Cluster)
-	}
-	cfg, err := clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return nil, errors.New("it does not give a usable client configuration (check its server, user and certificates)")
-	}
-	// Rate limiting is left to the server's priority and fairness, as for
-	// the local cluster.
-	cfg.QPS, cfg.Burst = -1, -1
-	return cfg, nil
 }
 
 func (r *remoteCluster) Name() string                { return r.name }

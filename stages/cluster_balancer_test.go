@@ -1,6 +1,8 @@
 package stages_test
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -43,7 +45,7 @@ func TestExecutorWaitsForAClusterItsBalancerAnswersFor(t *testing.T) {
 		proxy.ServeHTTP(w, r)
 	}))
 	t.Cleanup(lb.Close)
-	remote, err := stages.NewKubeconfigCluster("Secret ns/balanced-kubeconfig", kubeconfigFor(t, lb.URL), scheme.Scheme)
+	remote, err := stages.NewKubeconfigCluster("Secret ns/balanced-kubeconfig", kubeconfigFor(t, lb.URL, pemOf(lb.Certificate())...), scheme.Scheme)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,4 +56,9 @@ func TestExecutorWaitsForAClusterItsBalancerAnswersFor(t *testing.T) {
 	if res.State != capstanv1.StageInProgress || !stages.IsUnreachable(res.Err) || stages.IsStalled(res.Err) {
 		t.Fatalf("ApplyStage = %s (err %v), want InProgress waiting for the cluster", res.State, res.Err)
 	}
+}
+
+// pemOf is cert in PEM, as certificate-authority-data holds it.
+func pemOf(cert *x509.Certificate) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})
 }

@@ -30,11 +30,12 @@ import (
 
 const secretToken = "s3cr3t-t0ken-never-shown"
 
-// kubeconfigFor writes a kubeconfig for server with secretToken.
-func kubeconfigFor(t testing.TB, server string) []byte {
+// kubeconfigFor writes a kubeconfig for server with secretToken, trusting
+// the CAs of caPEM (none: the system's).
+func kubeconfigFor(t testing.TB, server string, caPEM ...byte) []byte {
 	t.Helper()
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: server, InsecureSkipTLSVerify: true}
+	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
 	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: secretToken}
 	cfg.Contexts["x"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
 	cfg.CurrentContext = "x"

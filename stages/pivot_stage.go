@@ -82,10 +82,12 @@ type Installer interface {
 	// ClusterDeployment moves with the rest. It waits until they are
 	// established.
 	InstallCRDs(ctx context.Context, target Cluster) error
-	// Install applies Capstan's manifests to target, with the image and
-	// source settings of the instance running, and returns what it
-	// installed, for status ("image ..."). It does not wait.
-	Install(ctx context.Context, target Cluster) (string, error)
+	// Install applies Capstan's manifests to target, with the image of
+	// the instance running, and returns what it installed, for status. The
+	// root source and its credentials go along only when f.RootSource;
+	// otherwise Installed.Withheld says what the target was not given. It
+	// does not wait.
+	Install(ctx context.Context, target Cluster, f InstallFor) (Installed, error)
 }
 
 // WithInstaller lets pivot stages install Capstan into their target.
@@ -217,11 +219,14 @@ func (e *Executor) pivotStage(ctx context.Context, stage *Stage, owner Owner) Re
 	case stage.Pivot != nil && stage.Pivot.Install == capstanv1.PivotInstallNever:
 		msg = "pivot.install is Never: waiting for the Capstan there to take the deployment over"
 	case e.installer != nil:
-		what, err := e.installer.Install(ctx, e.cluster)
+		done, err := e.installer.Install(ctx, e.cluster, e.installFor(cd))
 		if err != nil {
 			return e.pivotFailed(ctx, owner, res, fmt.Errorf("stage %s: install Capstan into %s: %w", stage.Name, e.cluster.Name(), err))
 		}
-		msg = "installed " + what + ": waiting for it to take the deployment over"
+		msg = "installed " + done.What + ": waiting for it to take the deployment over"
+		if done.Withheld != "" {
+			msg += "; " + done.Withheld
+		}
 	}
 	if err := e.recordPivot(ctx, owner, &capstanv1.PivotStatus{Phase: capstanv1.PivotInstalled, Message: msg}); err != nil {
 		return failed(res, err)
@@ -246,6 +251,9 @@ func (e *Executor) move(ctx context.Context, stage *Stage, owner Owner, cd *caps
 	}
 	g, err := pivot.BuildGraph(all, roots)
 	if err != nil {
+		return 0, nil, err
+	}
+	if err := e.checkCarries(cd, g); err != nil && last == "" {
 		return 0, nil, err
 	}
 	if last == "" {

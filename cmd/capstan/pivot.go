@@ -192,6 +192,9 @@ func movePivot(ctx context.Context, out io.Writer, f pivotFlags, name string, in
 	if err != nil {
 		return err
 	}
+	if err := checkCarriesCredentials(g, f.namespace); err != nil {
+		return err
+	}
 	plan, err := planOf(g, from, to, f.namespace, name)
 	if err != nil {
 		return err
@@ -276,6 +279,21 @@ func movePivot(ctx context.Context, out io.Writer, f pivotFlags, name string, in
 	}
 	fmt.Fprintf(out, "moved: %s/%s now lives in %s; the source keeps %d read-only mirrors\n", f.namespace, name, to, len(plan.Mirrors))
 	printPivotNext(out, f)
+	return nil
+}
+
+// checkCarriesCredentials refuses a move that would carry the Secret of a
+// Capstan's own credentials (capstan-secrets: the root source's password
+// and CA) of another namespace than the deployment's: an object the
+// deployment applied there that names it would take it along, and a
+// pivot carries only what the deployment owns.
+func checkCarriesCredentials(g *pivot.Graph, namespace string) error {
+	for _, n := range g.Nodes() {
+		if id := n.ID(); id.Kind == "Secret" && id.Name == sourceSecretName && id.Namespace != namespace {
+			return fmt.Errorf("the move would carry Secret %s/%s, a Capstan's own credentials, which deployment namespace %s does not own; nothing moved: keep the deployment's objects from naming it",
+				id.Namespace, id.Name, namespace)
+		}
+	}
 	return nil
 }
 

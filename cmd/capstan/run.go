@@ -258,6 +258,7 @@ func newRunCommand() *cobra.Command {
 	var self selfInstallFlags
 	var limits limitFlags
 	var rep reportFlags
+	var kubeconfigs kubeconfigFlags
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the daemon: reconcile every ClusterDeployment, and those committed under the root source",
@@ -295,6 +296,7 @@ func newRunCommand() *cobra.Command {
 			opts.ClusterName = daemon.clusterName
 			opts.Artifacts = limits.opts
 			opts.Report = rep.opts
+			opts.Kubeconfigs = kubeconfigs.policy
 			if i := self.installer(root); i != nil {
 				opts.Installer = i
 			}
@@ -311,6 +313,7 @@ func newRunCommand() *cobra.Command {
 	self.BindFlags(cmd.Flags())
 	limits.BindFlags(cmd.Flags())
 	rep.BindFlags(cmd.Flags())
+	kubeconfigs.BindFlags(cmd.Flags())
 	return cmd
 }
 
