@@ -63,6 +63,21 @@ type PullRequest struct {
 	// MergeCommitSHA is the commit the merge made on the base branch
 	// (GitLab: the merge or squash commit); empty until it is merged.
 	MergeCommitSHA string
+	// Fork is true when the head is not a branch of the base repository,
+	// so that whoever opened the pull request needed no write access to
+	// it: a branch of a fork, of a fork since deleted (GitHub reports its
+	// repository as null, Gitea as -1), or, on Gitea, a pull request
+	// pushed with AGit (refs/for/<branch>), which anyone who can read the
+	// repository may open.
+	Fork bool
+	// Author is the login (GitLab: the username) of the pull request's
+	// author.
+	Author string
+	// Association is what the author is to the base repository, as the
+	// forge says. GitHub reports it with every pull request; Gitea and
+	// GitLab do not, and it is looked up for forks alone (empty for a
+	// branch of the repository).
+	Association Association
 }
 
 // CameFrom reports whether commit sha is what pull request pr brought to
