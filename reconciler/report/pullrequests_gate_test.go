@@ -10,6 +10,7 @@ import (
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/internal/giteaserver"
+	"github.com/capstan-dev/capstan/reconciler/report/forge"
 )
 
 // forkPullRequest has a new user fork the fixture's repository, push a
@@ -174,5 +175,50 @@ func TestPlansPerIntervalAreBounded(t *testing.T) {
 	round()
 	if got := planner.planned(); got != 4 {
 		t.Errorf("%d plans after a push, want 4", got)
+	}
+}
+
+// The gate, per deployment: branches of the repository are planned with
+// values unless values: hide; forks only for a trusted author or with
+// forks: plan, their values hidden unless values: show.
+func TestGateOf(t *testing.T) {
+	member := func(forks capstanv1.ForkPolicy, values capstanv1.ValuesPolicy) *capstanv1.ClusterDeployment {
+		cd := &capstanv1.ClusterDeployment{}
+		cd.Namespace, cd.Name = "fleet", "edge"
+		cd.Spec.Report = &capstanv1.ReportSpec{PullRequests: &capstanv1.PullRequestReport{Forks: forks, Values: values}}
+		return cd
+	}
+	branch := forge.PullRequest{Number: 1}
+	stranger := forge.PullRequest{Number: 2, Fork: true, Author: "mallory"}
+	collaborator := forge.PullRequest{Number: 3, Fork: true, Author: "carol", Association: forge.AssociationCollaborator}
+	for _, tc := range []struct {
+		name   string
+		forks  capstanv1.ForkPolicy
+		values capstanv1.ValuesPolicy
+		pr     forge.PullRequest
+		plan   bool
+		hide   bool
+	}{
+		{"a branch of the repository, by default: planned, values shown", "", "", branch, true, false},
+		{"a branch with values: hide: planned, values hidden", "", capstanv1.ValuesHide, branch, true, true},
+		{"a stranger's fork, by default: not planned", "", "", stranger, false, true},
+		{"a stranger's fork with forks: skip: not planned", capstanv1.ForksSkip, capstanv1.ValuesShow, stranger, false, true},
+		{"a stranger's fork with forks: plan: planned, values hidden", capstanv1.ForksPlan, "", stranger, true, true},
+		{"a stranger's fork with forks: plan and values: show: planned, values shown", capstanv1.ForksPlan, capstanv1.ValuesShow, stranger, true, false},
+		{"a collaborator's fork, by default: planned, values hidden", "", "", collaborator, true, true},
+		{"a collaborator's fork with values: show: planned, values shown", "", capstanv1.ValuesShow, collaborator, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := gateOf([]*capstanv1.ClusterDeployment{member(tc.forks, tc.values)}, tc.pr)
+			planned, hidden := len(g.plan) == 1, false
+			if planned {
+				hidden = g.plan[0].hide
+			} else {
+				hidden = g.skip[0].hide
+			}
+			if planned != tc.plan || (planned && hidden != tc.hide) {
+				t.Errorf("planned %v (values hidden %v), want planned %v (values hidden %v)", planned, hidden, tc.plan, tc.hide)
+			}
+		})
 	}
 }
