@@ -84,7 +84,7 @@ func TestPullRequestsFromForksAreGated(t *testing.T) {
 		t.Errorf("a stranger's fork was planned %d times, want never", got)
 	}
 	if _, writes := tap.count(pr.Number); writes != 1 {
-		t.Errorf("the note was written %d times over four listings, want once", writes)
+		t.Errorf("%d comment writes over four listings, want one: the note, written once", writes)
 	}
 	if plan, n := planOfComment(note); plan != "" || n != note {
 		t.Errorf("the note read back = plan %q, note %q; want the note", plan, n)
@@ -164,8 +164,11 @@ func TestPlansPerIntervalAreBounded(t *testing.T) {
 	if got := planner.planned(); got != 3 {
 		t.Errorf("%d plans after every head was planned once and none changed, want 3", got)
 	}
-	if _, writes := tap.count(prs[2].Number); writes != 2 {
-		t.Errorf("the third pull request's comment was written %d times, want twice (queued once, then its plan)", writes)
+	// Three comments created (a plan, two queued notes), two edited once
+	// (each note into its plan); nothing written again in the rounds
+	// after.
+	if _, writes := tap.count(prs[2].Number); writes != 5 {
+		t.Errorf("%d comment writes, want 5: each queued note written once, then replaced by the plan", writes)
 	}
 
 	// A push to the first: planned again at the next interval.
