@@ -16,7 +16,10 @@ import (
 // "group/subgroup/name").
 type Forge interface {
 	// OpenPullRequests lists the open pull requests (GitLab: merge
-	// requests) whose target is branch base, oldest first.
+	// requests) whose target is branch base, oldest first, each saying
+	// whether it comes from a fork and what its author is to the
+	// repository (Gitea and GitLab: one lookup per fork author, kept a
+	// while).
 	OpenPullRequests(ctx context.Context, repo, base string) ([]PullRequest, error)
 	// UpsertComment keeps one comment on pull request pr that starts with
 	// the hidden marker Marker(key): the first such comment is edited to
