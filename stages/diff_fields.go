@@ -34,8 +34,16 @@ type FieldDiff struct {
 	// field is added or removed, and always empty for a Secret's data.
 	Old string `json:"old,omitempty"`
 	New string `json:"new,omitempty"`
-	// Redacted is true for a Secret's values: only the op is shown.
+	// Redacted is true when the values are left out and only the op is
+	// shown: always for a Secret's values, and for every field of a diff
+	// whose values are hidden (PlanDiff.HideValues).
 	Redacted bool `json:"redacted,omitempty"`
+}
+
+// withoutValue is f with its values left out.
+func (f FieldDiff) withoutValue() FieldDiff {
+	f.Old, f.New, f.Redacted = "", "", true
+	return f
 }
 
 // String prints the change as `path: old -> new`, `path: (none) -> new`,
@@ -289,4 +297,58 @@ func looksTyped(s string) bool {
 	}
 	_, err := strconv.ParseFloat(s, 64)
 	return err == nil
+}
+
+// WithoutValues returns a copy of the diff with every value left out, for
+// a reader who may see which fields change but not what they hold (a plan
+// comment with spec.report.pullRequests.values: hide, or of a fork): each
+// field keeps its path and op, each rollout the fields that start it and
+// its batches, but no old or new value, nor the strategy sentence, whose
+// machine counts are values. The problems' errors and the notes stay:
+// they say why an object cannot be applied. d is not changed.
+func (d *PlanDiff) WithoutValues() *PlanDiff {
+	out := *d
+	out.Stages = slices.Clone(d.Stages)
+	for i := range out.Stages {
+		s := &out.Stages[i]
+		s.Objects = objectsWithoutValues(s.Objects)
+		s.Rollouts = slices.Clone(s.Rollouts)
+		for j := range s.Rollouts {
+			r := &s.Rollouts[j]
+			r.Changes = slices.Clone(r.Changes)
+			for k, c := range r.Changes {
+				r.Changes[k] = changeWithoutValue(c)
+			}
+			r.Strategy = ""
+		}
+	}
+	out.Prune = objectsWithoutValues(d.Prune)
+	return &out
+}
+
+func objectsWithoutValues(objs []ObjectDiff) []ObjectDiff {
+	out := slices.Clone(objs)
+	for i := range out {
+		fields := make([]FieldDiff, len(out[i].Fields))
+		for j, f := range out[i].Fields {
+			fields[j] = f.withoutValue()
+		}
+		if out[i].Fields == nil {
+			fields = nil
+		}
+		out[i].Fields = fields
+	}
+	return out
+}
+
+// changeWithoutValue is a rollout's change ("version: v1.34.1 -> v1.35.4")
+// as the field alone ("version: (changed)").
+func changeWithoutValue(c string) string {
+	if field, _, ok := strings.Cut(c, ": "); ok {
+		return field + ": (changed)"
+	}
+	if strings.HasPrefix(c, "new LCMCluster") {
+		return "new LCMCluster"
+	}
+	return "(changed)"
 }

@@ -33,6 +33,9 @@ type PlanCommentInput struct {
 	PRNumber int64
 	// Deployments are the ClusterDeployments the revision changes.
 	Deployments []PlanCommentDeployment
+	// NotPlanned are the ClusterDeployments that did not plan the
+	// revision, each with why.
+	NotPlanned []PlanCommentNotPlanned
 	// Secrets are the data of further Secrets whose values must not reach
 	// the comment (the source's credentials, a kubeconfig), beside those
 	// the diffs saw.
@@ -52,6 +55,16 @@ type PlanCommentDeployment struct {
 	// "Compared with the clusters" (e.g. "as `main@sha1:…` left them
 	// (Ready)"); empty leaves the line out.
 	Live string
+	// ValuesHidden says that Diff holds no values
+	// (stages.PlanDiff.WithoutValues), so that the comment says why.
+	ValuesHidden bool
+}
+
+// PlanCommentNotPlanned is a deployment that did not plan the revision.
+type PlanCommentNotPlanned struct {
+	Name, Namespace string
+	// Why is one sentence of markdown.
+	Why string
 }
 
 // Size bounds: a comment stays well under the forges' 65,536 characters,
@@ -111,12 +124,18 @@ func renderPlan(in PlanCommentInput, deployments []PlanCommentDeployment, detail
 	}
 	b.WriteString("\n\n")
 	fmt.Fprintf(&b, "Revision %s, compared with the live clusters by a server-side dry run. Nothing has been applied.\n", code(in.Revision))
-	if len(deployments) == 0 {
+	switch {
+	case len(deployments) == 0 && len(in.NotPlanned) == 0:
 		b.WriteString("\nThis revision changes no ClusterDeployment.\n")
+	case len(deployments) == 0:
+		b.WriteString("\nThis revision changes no ClusterDeployment that planned it.\n")
 	}
 	for _, d := range deployments {
 		b.WriteString("\n")
 		writeDeployment(&b, d, details)
+	}
+	for _, n := range in.NotPlanned {
+		fmt.Fprintf(&b, "\n#### :no_entry_sign: %s: not planned\n\n%s\n", code(n.Namespace+"/"+n.Name), n.Why)
 	}
 	if !details {
 		b.WriteString("\n_The per-object diffs are left out: they do not fit in one comment. `capstan diff` prints them._\n")
@@ -142,6 +161,10 @@ func writeDeployment(b *strings.Builder, d PlanCommentDeployment, details bool) 
 	fmt.Fprintf(b, "#### %s %s: %s\n\n", icon, code(name), summary(c))
 	if d.Live != "" {
 		fmt.Fprintf(b, "Compared with the clusters %s.\n\n", d.Live)
+	}
+	if d.ValuesHidden {
+		b.WriteString("Changed fields are listed without their values: `spec.report.pullRequests.values` is `hide`, " +
+			"or the pull request comes from a fork and it is not `show`.\n\n")
 	}
 	if d.Err != nil {
 		writeErrors(b, d.Err)

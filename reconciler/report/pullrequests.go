@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -204,8 +203,12 @@ type group struct {
 // groupState is what the watcher remembers of a group between rounds.
 type groupState struct {
 	nextList time.Time
-	// planned maps each open pull request to what it was planned against.
+	// planned maps each open pull request to what it was planned against
+	// (or told it was not planned).
 	planned map[int64]plannedHead
+	// waiting holds when each open pull request whose head is due to be
+	// planned began to wait: the queue's order.
+	waiting map[int64]time.Time
 	prs     map[int64]*prState
 	// rollouts follows each member's revision.
 	rollouts map[types.NamespacedName]*rolloutState
@@ -226,8 +229,11 @@ type prState struct {
 	pr forge.PullRequest
 	// plan is the body of the plan, without the marker line; empty when
 	// Capstan has not planned it since it started, until it is read back
-	// from the comment (read).
-	plan    string
+	// from the comment (read). A pull request not planned, or queued, has
+	// the note that says so in its place.
+	plan string
+	// queued is set while plan is the note that the head is queued.
+	queued  bool
 	secrets []map[string][]byte
 	// read is set once the comment was read back for a plan this process
 	// did not make, found or not; missing is what stands in the plan's
@@ -282,7 +288,7 @@ func (w *PullRequests) round(ctx context.Context) time.Time {
 		w.mu.Lock()
 		st := w.groups[g.key]
 		if st == nil {
-			st = &groupState{planned: map[int64]plannedHead{}, prs: map[int64]*prState{},
+			st = &groupState{planned: map[int64]plannedHead{}, waiting: map[int64]time.Time{}, prs: map[int64]*prState{},
 				rollouts: map[types.NamespacedName]*rolloutState{}, commits: map[string]int64{}, failing: map[string]string{}}
 			w.groups[g.key] = st
 		}
@@ -354,78 +360,6 @@ func (w *PullRequests) forgeFailed(st *groupState, err error) {
 	}
 }
 
-// planOpen lists the open pull requests against the group's branch and
-// plans, for every member, each head not planned yet or planned against
-// clusters a rollout has changed since (pullrequests_base.go).
-func (w *PullRequests) planOpen(ctx context.Context, g *group, st *groupState, f forge.Forge) error {
-	prs, err := f.OpenPullRequests(ctx, g.repo, g.branch)
-	if err = w.outcome(ctx, g, st, opList, g.members, err); err != nil {
-		return err
-	}
-	lives := livesOf(g.members)
-	open := map[int64]bool{}
-	var errs []error
-	for _, pr := range prs {
-		open[pr.Number] = true
-		why := metrics.PlanReasonHead
-		if p, ok := st.planned[pr.Number]; ok {
-			if why = p.stale(pr.HeadSHA, lives); why == "" {
-				continue
-			}
-		}
-		w.metrics.Planned(why)
-		again, err := w.plan(ctx, g, st, f, pr)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("pull request %d: %w", pr.Number, err))
-			continue
-		}
-		st.planned[pr.Number] = plannedHead{head: pr.HeadSHA, live: lives, again: again}
-	}
-	for n := range st.planned {
-		if !open[n] {
-			delete(st.planned, n) // merged or closed: its plan stays for the rollout
-		}
-	}
-	st.evict()
-	return errors.Join(errs...)
-}
-
-// plan plans one pull request's head for every member and keeps the
-// comment. It returns again when a cluster a stage acts on did not
-// answer: the plan is commented with those stages not compared, and the
-// head is planned again at the next interval.
-func (w *PullRequests) plan(ctx context.Context, g *group, st *groupState, f forge.Forge, pr forge.PullRequest) (again bool, err error) {
-	in := PlanCommentInput{PRNumber: pr.Number}
-	for _, cd := range g.members {
-		res, err := w.planner.PlanHead(ctx, cd, pr.HeadFetchRef)
-		if err != nil {
-			return false, fmt.Errorf("plan %s for ClusterDeployment %s/%s: %w", pr.HeadFetchRef, cd.Namespace, cd.Name, err)
-		}
-		again = again || res.Diff != nil && res.Diff.Unanswered
-		if in.Revision == "" {
-			in.Revision = res.Revision
-		}
-		in.Secrets = append(in.Secrets, res.Secrets...)
-		if res.Err == nil && res.Diff != nil && !res.Diff.Changes() {
-			continue // the pull request does not touch this deployment
-		}
-		in.Deployments = append(in.Deployments, PlanCommentDeployment{Name: cd.Name, Namespace: cd.Namespace,
-			Diff: res.Diff, Err: res.Err, Live: liveOf(cd).text})
-	}
-	if in.Revision == "" {
-		in.Revision = pr.HeadFetchRef + "@sha1:" + pr.HeadSHA
-	}
-	ps := st.prs[pr.Number]
-	if ps == nil {
-		ps = &prState{}
-		st.prs[pr.Number] = ps
-	}
-	ps.pr, ps.seen = pr, w.opts.Now()
-	ps.plan = strings.TrimPrefix(RenderPlanComment(in), PlanMarker+"\n")
-	ps.secrets = in.Secrets
-	return again, w.upsert(ctx, g, st, f, pr.Number)
-}
-
 // upsert gives pull request n's comment its body: the rollouts of the
 // members that deploy it, then its plan.
 func (w *PullRequests) upsert(ctx context.Context, g *group, st *groupState, f forge.Forge, n int64) error {
@@ -463,7 +397,9 @@ func (st *groupState) evict() {
 	if len(st.prs) > maxKnownPullRequests {
 		var old []int64
 		for n := range st.prs {
-			if _, open := st.planned[n]; !open {
+			_, planned := st.planned[n]
+			_, waiting := st.waiting[n]
+			if !planned && !waiting {
 				old = append(old, n)
 			}
 		}

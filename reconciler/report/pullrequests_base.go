@@ -55,6 +55,9 @@ func liveOf(cd *capstanv1.ClusterDeployment) liveState {
 // plannedHead is what an open pull request was planned against.
 type plannedHead struct {
 	head string
+	// gate is the key of the gate it was planned (or not) with
+	// (prGate.key).
+	gate string
 	// live holds each member's state when planned.
 	live map[types.NamespacedName]liveState
 	// again is set when a cluster did not answer: the head is planned

@@ -65,7 +65,7 @@ func planOfComment(body string) (plan, note string) {
 	switch {
 	case strings.HasPrefix(part, planHeading):
 		return part, ""
-	case strings.HasPrefix(part, notePrefix):
+	case strings.HasPrefix(part, notePrefix), strings.HasPrefix(part, notPlannedPrefix), strings.HasPrefix(part, queuedPrefix):
 		line, _, _ := strings.Cut(part, "\n")
 		return "", line + "\n"
 	}

@@ -16,7 +16,10 @@ import (
 // "group/subgroup/name").
 type Forge interface {
 	// OpenPullRequests lists the open pull requests (GitLab: merge
-	// requests) whose target is branch base, oldest first.
+	// requests) whose target is branch base, oldest first, each saying
+	// whether it comes from a fork and what its author is to the
+	// repository (Gitea and GitLab: one lookup per fork author, kept a
+	// while).
 	OpenPullRequests(ctx context.Context, repo, base string) ([]PullRequest, error)
 	// UpsertComment keeps one comment on pull request pr that starts with
 	// the hidden marker Marker(key): the first such comment is edited to
@@ -63,6 +66,21 @@ type PullRequest struct {
 	// MergeCommitSHA is the commit the merge made on the base branch
 	// (GitLab: the merge or squash commit); empty until it is merged.
 	MergeCommitSHA string
+	// Fork is true when the head is not a branch of the base repository,
+	// so that whoever opened the pull request needed no write access to
+	// it: a branch of a fork, of a fork since deleted (GitHub reports its
+	// repository as null, Gitea as -1), or, on Gitea, a pull request
+	// pushed with AGit (refs/for/<branch>), which anyone who can read the
+	// repository may open.
+	Fork bool
+	// Author is the login (GitLab: the username) of the pull request's
+	// author.
+	Author string
+	// Association is what the author is to the base repository, as the
+	// forge says. GitHub reports it with every pull request; Gitea and
+	// GitLab do not, and it is looked up for forks alone (empty for a
+	// branch of the repository).
+	Association Association
 }
 
 // CameFrom reports whether commit sha is what pull request pr brought to

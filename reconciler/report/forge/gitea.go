@@ -25,7 +25,8 @@ const giteaPageSize = 50
 // Gitea is the Forge of a Gitea server, through its Go SDK.
 type Gitea struct {
 	base
-	http *http.Client
+	http         *http.Client
+	associations *associations
 }
 
 var _ Forge = (*Gitea)(nil)
@@ -43,8 +44,9 @@ func NewGitea(cfg Config) (*Gitea, error) {
 		return nil, err
 	}
 	return &Gitea{
-		base: base{provider: ProviderGitea, baseURL: strings.TrimSuffix(cfg.BaseURL, "/"), token: cfg.Token, caFrom: caFrom(cfg.CAFrom)},
-		http: hc,
+		base:         base{provider: ProviderGitea, baseURL: strings.TrimSuffix(cfg.BaseURL, "/"), token: cfg.Token, caFrom: caFrom(cfg.CAFrom)},
+		http:         hc,
+		associations: newAssociations(),
 	}, nil
 }
 
@@ -93,7 +95,13 @@ func (g *Gitea) OpenPullRequests(ctx context.Context, repo, baseBranch string) (
 			if pr.Base == nil || pr.Base.Ref != baseBranch || pr.Head == nil {
 				continue
 			}
-			out = append(out, giteaPullRequest(pr))
+			p := giteaPullRequest(pr)
+			if p.Fork && p.Author != "" {
+				if p.Association, err = g.association(c, owner, name, p.Author); err != nil {
+					return nil, err
+				}
+			}
+			out = append(out, p)
 		}
 		if len(prs) == 0 || resp == nil || resp.NextPage == 0 {
 			return out, nil
@@ -200,10 +208,58 @@ func (g *Gitea) SetCommitStatus(ctx context.Context, repo, sha string, st Status
 	return g.failure("set commit status "+statusContext(st)+" on commit "+sha, repo, giteaStatus(resp), giteaScopeStatus, err)
 }
 
+// association looks up what author is to the repository owner/name:
+// Gitea does not say with the pull request. Its owner and its
+// collaborators count; anyone else has none (members of an organization
+// that owns the repository count only as collaborators: asking Gitea about
+// an organization's members takes a token scope Capstan does not ask for).
+func (g *Gitea) association(c *gitea.Client, owner, name, author string) (Association, error) {
+	if strings.EqualFold(author, owner) {
+		return AssociationOwner, nil
+	}
+	return g.associations.lookup(owner+"/"+name, author, func() (Association, error) {
+		_, resp, err := c.IsCollaborator(owner, name, author)
+		switch status := giteaStatus(resp); {
+		case err == nil && status == http.StatusNoContent:
+			return AssociationCollaborator, nil
+		case err == nil && (status == http.StatusNotFound || status == http.StatusUnprocessableEntity):
+			// No collaborator, or no such user any more.
+			return "", nil
+		case err == nil:
+			err = fmt.Errorf("unexpected answer %d", status)
+			fallthrough
+		default:
+			return "", g.failure(fmt.Sprintf("check whether %s, the author of a pull request from a fork, is a collaborator", author),
+				owner+"/"+name, status, giteaScopeRead, err)
+		}
+	})
+}
+
+// giteaFork reports whether pr's head is not a branch of its base
+// repository: another repository's, one Gitea no longer knows (repo_id
+// -1), or an AGit pull request (pushed to refs/for/<branch> by anyone who
+// can read the repository), which Gitea gives its base repository as head
+// but no branch label.
+func giteaFork(pr *gitea.PullRequest) bool {
+	head, base := pr.Head, pr.Base
+	switch {
+	case head == nil || base == nil:
+		return true
+	case head.Name == "":
+		return true
+	case head.RepoID <= 0 || base.RepoID <= 0:
+		return true
+	}
+	return head.RepoID != base.RepoID
+}
+
 func giteaPullRequest(pr *gitea.PullRequest) PullRequest {
 	out := PullRequest{
 		Number: pr.Index, Title: pr.Title, HeadFetchRef: fmt.Sprintf("refs/pull/%d/head", pr.Index),
-		URL: pr.HTMLURL, Merged: pr.HasMerged,
+		URL: pr.HTMLURL, Merged: pr.HasMerged, Fork: giteaFork(pr),
+	}
+	if pr.Poster != nil {
+		out.Author = pr.Poster.UserName
 	}
 	if pr.Head != nil {
 		out.HeadSHA, out.HeadRef = pr.Head.Sha, pr.Head.Ref

@@ -3,6 +3,7 @@ package forge
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -111,7 +112,7 @@ func TestGiteaAgainstRealServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := []PullRequest{{Number: pr.Number, Title: "Scale workload-a", HeadSHA: pr.HeadSHA, HeadRef: "bump",
-			HeadFetchRef: fmt.Sprintf("refs/pull/%d/head", pr.Number), BaseRef: "main", URL: pr.URL}}
+			HeadFetchRef: fmt.Sprintf("refs/pull/%d/head", pr.Number), BaseRef: "main", URL: pr.URL, Author: giteaserver.AdminUser}}
 		if fmt.Sprint(prs) != fmt.Sprint(want) {
 			t.Errorf("open pull requests:\n got %+v\nwant %+v", prs, want)
 		}
@@ -228,4 +229,93 @@ func TestGiteaErrorsAgainstRealServer(t *testing.T) {
 	}
 	_, err = down.OpenPullRequests(ctx, repo.String(), "main")
 	assertForgeError(t, err, plantedToken, []string{"gitea", "no answer from http://127.0.0.1:1", "check the base URL"})
+}
+
+// TestGiteaForksAgainstRealServer pins what a real Gitea says of pull
+// requests from forks: a stranger's is a fork with no association, a
+// collaborator's fork is trusted, the owner's branch is no fork, and
+// the association is asked once per author for a while.
+func TestGiteaForksAgainstRealServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := realGitea(t)
+	repo, own := giteaRepo(t, ctx, s, "forks")
+	stranger, collab := uniqueName("stranger"), uniqueName("collab")
+	var prs []giteaserver.PullRequest
+	for _, user := range []string{stranger, collab} {
+		if err := s.CreateUser(ctx, user); err != nil {
+			t.Fatal(err)
+		}
+		fork, err := s.ForkAs(ctx, user, repo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Commit(ctx, fork, "change", map[string]string{"clusters/a/workers.yaml": "replicas: 9\n"}, "From "+user); err != nil {
+			t.Fatal(err)
+		}
+		pr, err := s.OpenPullRequestAs(ctx, user, repo, user+":change", "main", "From "+user)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prs = append(prs, pr)
+	}
+	if err := s.AddCollaborator(ctx, repo, collab); err != nil {
+		t.Fatal(err)
+	}
+	token, err := s.NewToken(ctx, uniqueName("capstan"), "write:issue", "write:repository")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lookups := &countingTransport{}
+	f, err := NewGitea(Config{BaseURL: s.URL(), Token: token, HTTPClient: &http.Client{Transport: lookups}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		got, err := f.OpenPullRequests(ctx, repo.String(), "main")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[int64]string{
+			own.Number:    "fork=false author=" + giteaserver.AdminUser + " association= trusted=false",
+			prs[0].Number: "fork=true author=" + stranger + " association= trusted=false",
+			prs[1].Number: "fork=true author=" + collab + " association=collaborator trusted=true",
+		}
+		if len(got) != len(want) {
+			t.Fatalf("open pull requests: %+v, want %d", got, len(want))
+		}
+		for _, pr := range got {
+			if line := fmt.Sprintf("fork=%v author=%s association=%s trusted=%v", pr.Fork, pr.Author, pr.Association, pr.TrustedAuthor()); line != want[pr.Number] {
+				t.Errorf("pull request %d: %s, want %s", pr.Number, line, want[pr.Number])
+			}
+		}
+	}
+	if n := lookups.count("/collaborators/"); n != 2 {
+		t.Errorf("%d collaborator lookups for two listings of two forks, want 2 (once per author)", n)
+	}
+}
+
+// countingTransport counts the requests whose path contains a string.
+type countingTransport struct {
+	mu    sync.Mutex
+	paths []string
+}
+
+func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.paths = append(c.paths, req.URL.Path)
+	c.mu.Unlock()
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+func (c *countingTransport) count(part string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, p := range c.paths {
+		if strings.Contains(p, part) {
+			n++
+		}
+	}
+	return n
 }

@@ -198,12 +198,29 @@ func githubPullRequest(pr *github.PullRequest) PullRequest {
 		Number: n, Title: pr.GetTitle(), HeadSHA: pr.GetHead().GetSHA(), HeadRef: pr.GetHead().GetRef(),
 		HeadFetchRef: fmt.Sprintf("refs/pull/%d/head", n), BaseRef: pr.GetBase().GetRef(), URL: pr.GetHTMLURL(),
 		Merged: pr.MergedAt != nil || pr.GetMerged(),
+		Fork:   githubFork(pr), Author: pr.GetUser().GetLogin(), Association: githubAssociation(pr.GetAuthorAssociation()),
 	}
 	if out.Merged {
 		// Before a merge, merge_commit_sha is GitHub's test merge.
 		out.MergeCommitSHA = pr.GetMergeCommitSHA()
 	}
 	return out
+}
+
+// githubFork reports whether pr's head is not a branch of its base
+// repository: its head repository is another one, or null (a fork since
+// deleted), or either is missing from the answer, which says nothing.
+// Repositories are compared by ID, which a rename does not change, and by
+// full name where GitHub leaves the ID out.
+func githubFork(pr *github.PullRequest) bool {
+	head, base := pr.GetHead().GetRepo(), pr.GetBase().GetRepo()
+	switch {
+	case head == nil || base == nil:
+		return true
+	case head.GetID() != 0 && base.GetID() != 0:
+		return head.GetID() != base.GetID()
+	}
+	return head.GetFullName() == "" || !strings.EqualFold(head.GetFullName(), base.GetFullName())
 }
 
 // PullRequestsForCommit implements Forge: GitHub lists the pull requests

@@ -227,7 +227,12 @@ func TestGitHubAgainstDocumentedContract(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	t.Run("open pull requests against the branch are listed, forks included", func(t *testing.T) {
+	// Forks are listed and said to be: a fork's (9), a deleted fork's,
+	// whose head repository GitHub reports as null (13), a collaborator's
+	// (15). The author association is GitHub's, mapped: MEMBER and
+	// COLLABORATOR are trusted, CONTRIBUTOR and FIRST_TIME_CONTRIBUTOR
+	// are not.
+	t.Run("open pull requests against the branch are listed, forks included and said to be", func(t *testing.T) {
 		_, srv := newGitHubContract(t, plantedToken)
 		prs, err := newTestGitHub(t, srv.URL, plantedToken).OpenPullRequests(ctx, "acme/infra", "main")
 		if err != nil {
@@ -235,9 +240,22 @@ func TestGitHubAgainstDocumentedContract(t *testing.T) {
 		}
 		want := []PullRequest{
 			{Number: 7, Title: "Scale workload-a to 5 workers", HeadSHA: "6dcb09b5b57875f334f61aebed695e2e4193db5e", HeadRef: "scale-workload-a",
-				HeadFetchRef: "refs/pull/7/head", BaseRef: "main", URL: "https://github.com/acme/infra/pull/7"},
+				HeadFetchRef: "refs/pull/7/head", BaseRef: "main", URL: "https://github.com/acme/infra/pull/7",
+				Author: "octo-operator", Association: AssociationMember},
 			{Number: 9, Title: "Kubernetes v1.35.4 for workload-b", HeadSHA: "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678", HeadRef: "k8s-1.35",
-				HeadFetchRef: "refs/pull/9/head", BaseRef: "main", URL: "https://github.com/acme/infra/pull/9"},
+				HeadFetchRef: "refs/pull/9/head", BaseRef: "main", URL: "https://github.com/acme/infra/pull/9",
+				Fork: true, Author: "contractor"},
+			{Number: 13, Title: "Drop the bastion", HeadSHA: "1357913579135791357913579135791357913579", HeadRef: "drop-bastion",
+				HeadFetchRef: "refs/pull/13/head", BaseRef: "main", URL: "https://github.com/acme/infra/pull/13",
+				Fork: true, Author: "ghost"},
+			{Number: 15, Title: "Rotate the etcd CA", HeadSHA: "2468024680246802468024680246802468024680", HeadRef: "etcd-ca",
+				HeadFetchRef: "refs/pull/15/head", BaseRef: "main", URL: "https://github.com/acme/infra/pull/15",
+				Fork: true, Author: "octo-collab", Association: AssociationCollaborator},
+		}
+		for i, trusted := range []bool{true, false, false, true} {
+			if i < len(prs) && prs[i].TrustedAuthor() != trusted {
+				t.Errorf("pull request %d: trusted author = %v, want %v", prs[i].Number, prs[i].TrustedAuthor(), trusted)
+			}
 		}
 		if fmt.Sprint(prs) != fmt.Sprint(want) {
 			t.Errorf("open pull requests:\n got %+v\nwant %+v", prs, want)
@@ -296,6 +314,7 @@ func TestGitHubAgainstDocumentedContract(t *testing.T) {
 			Number: 5, Title: "Scale workload-a to 4 workers", HeadSHA: "7638417db6d59f3c431d3e1f261cc637155684cd", HeadRef: "scale-workload-a-4",
 			HeadFetchRef: "refs/pull/5/head", BaseRef: "main", URL: "https://github.com/acme/infra/pull/5",
 			Merged: true, MergeCommitSHA: "e5bd3914e2e596debea16f433f57875b5b90bcd6",
+			Author: "octo-operator", Association: AssociationMember,
 		})
 	})
 

@@ -26,8 +26,9 @@ const gitlabPageSize = 100
 // gitlab.com/gitlab-org/api/client-go.
 type GitLab struct {
 	base
-	client *gitlab.Client
-	webURL string // the server's web root, for links to notes
+	client       *gitlab.Client
+	webURL       string // the server's web root, for links to notes
+	associations *associations
 }
 
 var _ Forge = (*GitLab)(nil)
@@ -63,9 +64,10 @@ func NewGitLab(cfg Config) (*GitLab, error) {
 	}
 	api := strings.TrimSuffix(c.BaseURL().String(), "/")
 	return &GitLab{
-		base:   base{provider: ProviderGitLab, baseURL: api, token: cfg.Token, caFrom: caFrom(cfg.CAFrom)},
-		client: c,
-		webURL: strings.TrimSuffix(api, "/api/v4"),
+		base:         base{provider: ProviderGitLab, baseURL: api, token: cfg.Token, caFrom: caFrom(cfg.CAFrom)},
+		client:       c,
+		webURL:       strings.TrimSuffix(api, "/api/v4"),
+		associations: newAssociations(),
 	}, nil
 }
 
@@ -107,13 +109,42 @@ func (g *GitLab) OpenPullRequests(ctx context.Context, repo, baseBranch string) 
 			if mr.TargetBranch != baseBranch {
 				continue
 			}
-			out = append(out, gitlabMergeRequest(mr))
+			pr := gitlabMergeRequest(mr)
+			if pr.Fork && mr.Author != nil {
+				if pr.Association, err = g.association(ctx, repo, mr.Author); err != nil {
+					return nil, err
+				}
+			}
+			out = append(out, pr)
 		}
 		if resp == nil || resp.NextPage == 0 {
 			return out, nil
 		}
 		opts.Page = resp.NextPage
 	}
+}
+
+// association looks up what author is to the project: GitLab does not say
+// with the merge request. A member (inherited ones included) with the
+// Developer role or above may push branches to the project, and counts as
+// a member (the Owner role as the owner); a Reporter, a Guest or a user who
+// is no member has none.
+func (g *GitLab) association(ctx context.Context, repo string, author *gitlab.BasicUser) (Association, error) {
+	return g.associations.lookup(repo, strconv.FormatInt(author.ID, 10), func() (Association, error) {
+		m, resp, err := g.client.ProjectMembers.GetInheritedProjectMember(repo, author.ID, gitlab.WithContext(ctx))
+		switch status := gitlabStatus(resp, err); {
+		case status == http.StatusNotFound:
+			return "", nil
+		case err != nil:
+			return "", g.failure(fmt.Sprintf("look up the membership of %s, the author of a merge request from a fork,", author.Username),
+				repo, status, gitlabScopeRead, err)
+		case m.AccessLevel >= gitlab.OwnerPermissions:
+			return AssociationOwner, nil
+		case m.AccessLevel >= gitlab.DeveloperPermissions:
+			return AssociationMember, nil
+		}
+		return "", nil
+	})
 }
 
 // UpsertComment implements Forge with a merge request note.
@@ -244,6 +275,12 @@ func gitlabMergeRequest(mr *gitlab.BasicMergeRequest) PullRequest {
 		Number: mr.IID, Title: mr.Title, HeadSHA: mr.SHA, HeadRef: mr.SourceBranch,
 		HeadFetchRef: fmt.Sprintf("refs/merge-requests/%d/head", mr.IID), BaseRef: mr.TargetBranch, URL: mr.WebURL,
 		Merged: mr.State == "merged",
+		// Another project's branch: a fork's. A project given by its
+		// path lists only its own merge requests, so the target is it.
+		Fork: mr.SourceProjectID != mr.TargetProjectID,
+	}
+	if mr.Author != nil {
+		out.Author = mr.Author.Username
 	}
 	if out.Merged {
 		out.MergeCommitSHA = mr.MergeCommitSHA

@@ -28,11 +28,14 @@ type gitlabContract struct {
 	notes    map[int64][]map[string]any // by merge request iid, oldest first
 	statuses map[string]map[string]any  // by sha and name: the latest
 	posts    []map[string]any           // every status posted
+	// memberLookups counts the lookups of each user's membership.
+	memberLookups map[string]int
 }
 
 func newGitLabContract(t *testing.T, token string) (*gitlabContract, *httptest.Server) {
 	g := &gitlabContract{t: t, token: token, nextID: 5000,
-		notes: map[int64][]map[string]any{3: nil, 5: nil}, statuses: map[string]map[string]any{}}
+		notes: map[int64][]map[string]any{3: nil, 5: nil}, statuses: map[string]map[string]any{},
+		memberLookups: map[string]int{}}
 	srv := httptest.NewServer(g)
 	t.Cleanup(srv.Close)
 	return g, srv
@@ -111,6 +114,20 @@ func (g *gitlabContract) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	case r.Method == http.MethodPost && len(parts) == 2 && parts[0] == "statuses":
 		g.setStatus(w, r, parts[1])
+	case r.Method == http.MethodGet && len(parts) == 3 && parts[0] == "members" && parts[1] == "all":
+		// Members of the project, inherited ones included: maint (503) is
+		// a Maintainer, reviewer (504) a Reporter, anyone else none.
+		g.memberLookups[parts[2]]++
+		levels := map[string]int{"503": 40, "504": 20}
+		level, ok := levels[parts[2]]
+		if !ok {
+			writeJSON(w, http.StatusNotFound, map[string]any{"message": "404 Not found"})
+			return
+		}
+		m := loadObject(g.t, "gitlab/project_member.json")
+		id, _ := strconv.Atoi(parts[2])
+		m["id"], m["access_level"] = id, level
+		writeJSON(w, http.StatusOK, m)
 	case r.Method == http.MethodGet && len(parts) == 4 && parts[0] == "repository" && parts[1] == "commits" && parts[3] == "merge_requests":
 		out := []any{}
 		for _, mr := range loadJSON(g.t, "gitlab/commit_merge_requests.json").([]any) {
@@ -231,20 +248,43 @@ func TestGitLabAgainstDocumentedContract(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	t.Run("open merge requests into the branch are listed, forks included", func(t *testing.T) {
-		_, srv := newGitLabContract(t, plantedToken)
-		prs, err := newTestGitLab(t, srv.URL, plantedToken).OpenPullRequests(ctx, gitlabProject, "main")
+	t.Run("open merge requests into the branch are listed, forks included and said to be", func(t *testing.T) {
+		g, srv := newGitLabContract(t, plantedToken)
+		f := newTestGitLab(t, srv.URL, plantedToken)
+		prs, err := f.OpenPullRequests(ctx, gitlabProject, "main")
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A merge request from another project is a fork's. GitLab does
+		// not say what its author is to the project: the provider asks
+		// (members/all), for forks alone; a Maintainer is a trusted
+		// member, a Reporter (who may not push) and a stranger are not.
 		want := []PullRequest{
 			{Number: 3, Title: "Scale workload-a to 5 workers", HeadSHA: "6dcb09b5b57875f334f61aebed695e2e4193db5e", HeadRef: "scale-workload-a",
-				HeadFetchRef: "refs/merge-requests/3/head", BaseRef: "main", URL: "https://gitlab.example.com/acme/platform/infra/-/merge_requests/3"},
+				HeadFetchRef: "refs/merge-requests/3/head", BaseRef: "main", URL: "https://gitlab.example.com/acme/platform/infra/-/merge_requests/3",
+				Author: "operator"},
 			{Number: 5, Title: "Kubernetes v1.35.4 for workload-b", HeadSHA: "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678", HeadRef: "k8s-1.35",
-				HeadFetchRef: "refs/merge-requests/5/head", BaseRef: "main", URL: "https://gitlab.example.com/acme/platform/infra/-/merge_requests/5"},
+				HeadFetchRef: "refs/merge-requests/5/head", BaseRef: "main", URL: "https://gitlab.example.com/acme/platform/infra/-/merge_requests/5",
+				Fork: true, Author: "contractor"},
+			{Number: 6, Title: "Rotate the etcd CA", HeadSHA: "2468024680246802468024680246802468024680", HeadRef: "etcd-ca",
+				HeadFetchRef: "refs/merge-requests/6/head", BaseRef: "main", URL: "https://gitlab.example.com/acme/platform/infra/-/merge_requests/6",
+				Fork: true, Author: "maint", Association: AssociationMember},
+			{Number: 8, Title: "Drop the bastion", HeadSHA: "1357913579135791357913579135791357913579", HeadRef: "drop-bastion",
+				HeadFetchRef: "refs/merge-requests/8/head", BaseRef: "main", URL: "https://gitlab.example.com/acme/platform/infra/-/merge_requests/8",
+				Fork: true, Author: "reviewer"},
 		}
 		if fmt.Sprint(prs) != fmt.Sprint(want) {
 			t.Errorf("open merge requests:\n got %+v\nwant %+v", prs, want)
+		}
+		// The answers are kept a while: listing again asks no more.
+		if _, err := f.OpenPullRequests(ctx, gitlabProject, "main"); err != nil {
+			t.Fatal(err)
+		}
+		g.mu.Lock()
+		lookups := fmt.Sprint(g.memberLookups)
+		g.mu.Unlock()
+		if want := "map[502:1 503:1 504:1]"; lookups != want {
+			t.Errorf("membership lookups by user ID = %s, want %s: once per fork author, none for a branch of the project", lookups, want)
 		}
 	})
 
@@ -281,6 +321,7 @@ func TestGitLabAgainstDocumentedContract(t *testing.T) {
 			Number: 2, Title: "Scale workload-a to 4 workers", HeadSHA: "7638417db6d59f3c431d3e1f261cc637155684cd", HeadRef: "scale-workload-a-4",
 			HeadFetchRef: "refs/merge-requests/2/head", BaseRef: "main", URL: "https://gitlab.example.com/acme/platform/infra/-/merge_requests/2",
 			Merged: true, MergeCommitSHA: "e5bd3914e2e596debea16f433f57875b5b90bcd6",
+			Author: "operator",
 		})
 	})
 
