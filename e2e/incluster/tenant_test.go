@@ -26,6 +26,10 @@ func testActsAsItsServiceAccount(t *testing.T, c client.Client) {
 	for _, obj := range []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenantNS}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "deployer", Namespace: tenantNS}},
+		// A tenant reads its repository through a source of its own: the
+		// root source serves only Capstan's namespace (docs/root-source.md).
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "git-auth", Namespace: tenantNS},
+			StringData: map[string]string{"username": gitUser, "password": gitPassword}},
 		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "configmaps", Namespace: tenantNS}, Rules: []rbacv1.PolicyRule{{
 			APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"},
 		}}},
@@ -49,6 +53,9 @@ func testActsAsItsServiceAccount(t *testing.T, c client.Client) {
 	}
 	key := client.ObjectKey{Namespace: tenantNS, Name: "tenant"}
 	cd := &capstanv1.ClusterDeployment{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}, Spec: capstanv1.ClusterDeploymentSpec{
+		Source: &capstanv1.SourceSpec{Git: &capstanv1.GitSource{
+			URL: gitURL(), Ref: capstanv1.GitRef{Branch: "main"}, SecretRef: &capstanv1.LocalObjectReference{Name: "git-auth"},
+		}},
 		Path: "apps/tenant", ServiceAccountName: "deployer", Stages: []capstanv1.StageSpec{{Name: "Config"}},
 		Interval: &metav1.Duration{Duration: 2 * time.Second},
 	}}
