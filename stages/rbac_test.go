@@ -77,7 +77,7 @@ func TestImpersonationRefusedNamesCapstansRole(t *testing.T) {
 	denied := apierrors.NewForbidden(schema.GroupResource{Resource: "serviceaccounts"}, "deployer",
 		errors.New(`User "system:serviceaccount:capstan-system:capstan" cannot impersonate resource "serviceaccounts" in API group "" in the namespace "team-a"`))
 	msg := classifyApplyErrorAs(configMapNamed("team-a", "mine"), denied, "team-a/deployer").Error()
-	for _, want := range []string{"impersonate on serviceaccounts", "capstan-manager", "team-a/deployer"} {
+	for _, want := range []string{"impersonate on serviceaccounts", "capstan-namespace", "team-a/deployer"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error %q does not say %q", msg, want)
 		}
