@@ -45,18 +45,21 @@ func TestStuckSourceHoldsNoReconcile(t *testing.T) {
 		}
 		return e
 	}
+	// Wakes arrive in any order: one seen while waiting for another is
+	// kept for its own wait, never dropped.
+	seen := map[types.NamespacedName]int{}
 	wakeOf := func(want types.NamespacedName) {
 		t.Helper()
-		for {
+		deadline := time.After(10 * time.Second)
+		for seen[want] == 0 {
 			select {
 			case user := <-woken:
-				if user == want {
-					return
-				}
-			case <-time.After(10 * time.Second):
+				seen[user]++
+			case <-deadline:
 				t.Fatalf("%s not woken", want.Name)
 			}
 		}
+		seen[want]--
 	}
 
 	// Stuck for as long as the test runs.
