@@ -76,3 +76,52 @@ func TestPullRequestIsPlannedAgainWhileAClusterDoesNotAnswer(t *testing.T) {
 		t.Errorf("the comment changed after the whole plan:\n%s", got)
 	}
 }
+
+// mergingPlanner merges the pull request while it plans its head, as a
+// merge may land while another process plans: the branch then holds the
+// head, and a dry run against clusters that run it changes nothing.
+type mergingPlanner struct {
+	f      *restartFixture
+	pr     int64
+	mu     sync.Mutex
+	merged bool
+}
+
+func (p *mergingPlanner) PlanHead(ctx context.Context, _ *capstanv1.ClusterDeployment, _ string) (PlanResult, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.merged {
+		if _, err := p.f.s.MergePullRequest(ctx, p.f.repo, p.pr); err != nil {
+			return PlanResult{}, err
+		}
+		p.merged = true
+	}
+	return PlanResult{Diff: &stages.PlanDiff{}}, nil
+}
+
+// A process that takes a pull request over (a restart, another replica)
+// and plans it while it is merged does not replace the plan it was merged
+// with by one made against clusters that already run it: the rollout
+// that follows keeps showing the plan that was reviewed.
+func TestPlanMadeWhileThePullRequestMergesIsNotWritten(t *testing.T) {
+	ctx := testContext(t)
+	f := newRestartFixture(t, ctx)
+	pr := f.openPullRequest(ctx, "merging")
+	reviewed := f.until(ctx, f.watcher(&forgeTap{gets: map[string]int{}, writes: map[string]int{}}, prometheus.NewRegistry()),
+		pr.Number, "the plan", func(b string) bool { return strings.HasPrefix(b, planHeading) })
+
+	tap := &forgeTap{gets: map[string]int{}, writes: map[string]int{}}
+	heir := f.watcher(tap, prometheus.NewRegistry())
+	planner := &mergingPlanner{f: f, pr: pr.Number}
+	heir.planner = planner
+	heir.round(ctx)
+	if !planner.merged {
+		t.Fatal("the heir did not plan the pull request it took over; the test proves nothing")
+	}
+	if got := f.comment(ctx, pr.Number); got != reviewed {
+		t.Errorf("a plan made while the pull request merged replaced the one it was merged with:\n%s\n--- want\n%s", got, reviewed)
+	}
+	if _, writes := tap.count(pr.Number); writes != 0 {
+		t.Errorf("the heir wrote the comment %d times, want none", writes)
+	}
+}

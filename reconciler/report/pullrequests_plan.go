@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/capstan-dev/capstan/reconciler/metrics"
 	"github.com/capstan-dev/capstan/reconciler/report/forge"
 )
@@ -54,19 +56,36 @@ func (w *PullRequests) planOpen(ctx context.Context, g *group, st *groupState, f
 	byWaiting(due)
 	left := budget{}
 	var queued []dueHead
+	var made []madePlan
 	for _, d := range due {
 		if !left.take(d.gate) {
 			queued = append(queued, d)
 			continue
 		}
 		w.metrics.Planned(d.why)
-		again, err := w.plan(ctx, g, st, f, d.pr, d.gate)
+		m, err := w.makePlan(ctx, d)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pull request %d: %w", d.pr.Number, err))
 			continue
 		}
-		delete(st.waiting, d.pr.Number)
-		st.planned[d.pr.Number] = plannedHead{head: d.pr.HeadSHA, gate: d.gate.key, live: d.lives, again: again}
+		made = append(made, m)
+	}
+	if still, err := w.stillOpen(ctx, g, st, f, made); err != nil {
+		errs = append(errs, err)
+	} else {
+		for _, m := range made {
+			n := m.d.pr.Number
+			if !still[n] {
+				log.FromContext(ctx).V(1).Info("pull request merged, closed or pushed to while it was planned; its plan is not written", "pullRequest", n)
+				continue
+			}
+			if err := w.writePlan(ctx, g, st, f, m); err != nil {
+				errs = append(errs, fmt.Errorf("pull request %d: %w", n, err))
+				continue
+			}
+			delete(st.waiting, n)
+			st.planned[n] = plannedHead{head: m.d.pr.HeadSHA, gate: m.d.gate.key, live: m.d.lives, again: m.again}
+		}
 	}
 	for i, d := range queued {
 		if err := w.queue(ctx, g, st, f, d, i, g.interval); err != nil {
@@ -87,20 +106,56 @@ func (w *PullRequests) planOpen(ctx context.Context, g *group, st *groupState, f
 	return errors.Join(errs...)
 }
 
-// plan plans one pull request's head for every member the gate lets plan
-// it and keeps the comment; the others are named as not planning it. It
-// returns again when a cluster a stage acts on did not answer: the plan is
-// commented with those stages not compared, and the head is planned again
-// at the next interval.
-func (w *PullRequests) plan(ctx context.Context, g *group, st *groupState, f forge.Forge, pr forge.PullRequest, gate prGate) (again bool, err error) {
+// madePlan is the plan of one pull request's head, made but not written.
+type madePlan struct {
+	d       dueHead
+	plan    string
+	secrets []map[string][]byte
+	again   bool
+}
+
+// stillOpen lists the open pull requests again once plans were made, and
+// returns those of made whose head is still the one planned. A plan takes
+// a while, and the forge may record a merge only after its commit reached
+// the branch: meanwhile the branch rolls out, and a dry run of the head
+// against clusters that already run it says it changes nothing. Written,
+// that plan would replace the one the pull request was merged with, which
+// its rollout keeps showing. One more listing per round that planned.
+func (w *PullRequests) stillOpen(ctx context.Context, g *group, st *groupState, f forge.Forge, made []madePlan) (map[int64]bool, error) {
+	if len(made) == 0 {
+		return nil, nil
+	}
+	prs, err := f.OpenPullRequests(ctx, g.repo, g.branch)
+	if err = w.outcome(ctx, g, st, opList, g.members, err); err != nil {
+		return nil, err
+	}
+	heads := make(map[int64]string, len(prs))
+	for _, pr := range prs {
+		heads[pr.Number] = pr.HeadSHA
+	}
+	out := make(map[int64]bool, len(made))
+	for _, m := range made {
+		out[m.d.pr.Number] = heads[m.d.pr.Number] == m.d.pr.HeadSHA
+	}
+	return out, nil
+}
+
+// makePlan plans one pull request's head for every member the gate lets
+// plan it; the others are named as not planning it. again is set when a
+// cluster a stage acts on did not answer: the plan is commented with
+// those stages not compared, and the head is planned again at the next
+// interval. Nothing is written.
+func (w *PullRequests) makePlan(ctx context.Context, d dueHead) (madePlan, error) {
+	pr, gate := d.pr, d.gate
+	m := madePlan{d: d}
 	in := PlanCommentInput{PRNumber: pr.Number}
-	for _, m := range gate.plan {
-		cd := m.cd
+	for _, mg := range gate.plan {
+		cd := mg.cd
 		res, err := w.planner.PlanHead(ctx, cd, pr.HeadFetchRef)
 		if err != nil {
-			return false, fmt.Errorf("plan %s for ClusterDeployment %s/%s: %w", pr.HeadFetchRef, cd.Namespace, cd.Name, err)
+			return m, fmt.Errorf("plan %s for ClusterDeployment %s/%s: %w", pr.HeadFetchRef, cd.Namespace, cd.Name, err)
 		}
-		again = again || res.Diff != nil && res.Diff.Unanswered
+		m.again = m.again || res.Diff != nil && res.Diff.Unanswered
 		if in.Revision == "" {
 			in.Revision = res.Revision
 		}
@@ -109,25 +164,32 @@ func (w *PullRequests) plan(ctx context.Context, g *group, st *groupState, f for
 			continue // the pull request does not touch this deployment
 		}
 		diff := res.Diff
-		if m.hide && diff != nil {
+		if mg.hide && diff != nil {
 			diff = diff.WithoutValues()
 		}
 		in.Deployments = append(in.Deployments, PlanCommentDeployment{Name: cd.Name, Namespace: cd.Namespace,
-			Diff: diff, Err: res.Err, Live: liveOf(cd).text, ValuesHidden: m.hide})
+			Diff: diff, Err: res.Err, Live: liveOf(cd).text, ValuesHidden: mg.hide})
 	}
-	for _, m := range gate.skip {
-		in.NotPlanned = append(in.NotPlanned, PlanCommentNotPlanned{Name: m.cd.Name, Namespace: m.cd.Namespace, Why: notPlannedWhy})
+	for _, mg := range gate.skip {
+		in.NotPlanned = append(in.NotPlanned, PlanCommentNotPlanned{Name: mg.cd.Name, Namespace: mg.cd.Namespace, Why: notPlannedWhy})
 	}
 	if in.Revision == "" {
 		in.Revision = pr.HeadFetchRef + "@sha1:" + pr.HeadSHA
 	}
-	ps := st.prs[pr.Number]
+	m.plan = strings.TrimPrefix(RenderPlanComment(in), PlanMarker+"\n")
+	m.secrets = in.Secrets
+	return m, nil
+}
+
+// writePlan gives a pull request's comment the plan made of its head.
+func (w *PullRequests) writePlan(ctx context.Context, g *group, st *groupState, f forge.Forge, m madePlan) error {
+	n := m.d.pr.Number
+	ps := st.prs[n]
 	if ps == nil {
 		ps = &prState{}
-		st.prs[pr.Number] = ps
+		st.prs[n] = ps
 	}
-	ps.pr, ps.seen, ps.queued = pr, w.opts.Now(), false
-	ps.plan = strings.TrimPrefix(RenderPlanComment(in), PlanMarker+"\n")
-	ps.secrets = in.Secrets
-	return again, w.upsert(ctx, g, st, f, pr.Number)
+	ps.pr, ps.seen, ps.queued = m.d.pr, w.opts.Now(), false
+	ps.plan, ps.secrets = m.plan, m.secrets
+	return w.upsert(ctx, g, st, f, n)
 }
