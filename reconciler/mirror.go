@@ -115,6 +115,14 @@ func (r *Reconciler) mirror(ctx context.Context, cd *capstanv1.ClusterDeployment
 
 	var errs []error
 	for _, ref := range st.Mirrors {
+		// The record is status too: a mirror is refreshed, as Capstan,
+		// only where the deployment may act (a tenant's namespace, or any
+		// for the platform's deployments), never another tenant's object.
+		if ref.Namespace != cd.Namespace && !r.clusters.rules.platform(cd) {
+			errs = append(errs, fmt.Errorf("status.pivot.mirrors: %s %s/%s is not in the deployment's namespace %s; not refreshed",
+				ref.Kind, ref.Namespace, ref.Name, cd.Namespace))
+			continue
+		}
 		if err := copyStatus(ctx, target, r.client, ref); err != nil {
 			errs = append(errs, err)
 		}
