@@ -72,7 +72,11 @@ func TestCheckDependencies(t *testing.T) {
 		{name: "not ready", deps: on("network"), others: []client.Object{dependent("network")}, reason: ReasonDependencyNotReady,
 			says: []string{"team/network to be Ready"}},
 		{name: "ready at an older generation", deps: on("network"),
-			others: []client.Object{func() *capstanv1.ClusterDeployment { d := readyAt(dependent("network"), rev); d.Generation = 2; return d }()},
+			others: []client.Object{func() *capstanv1.ClusterDeployment {
+				d := readyAt(dependent("network"), rev)
+				d.Generation = 2
+				return d
+			}()},
 			reason: ReasonDependencyNotReady, says: []string{"team/network to be Ready"}},
 		{name: "ready behind its source", deps: on("network"), others: []client.Object{readyAt(dependent("network"), "main@sha1:1")},
 			reason: ReasonDependencyNotReady, says: []string{"team/network (Ready at main@sha1:1, its source is at main@sha1:2)"}},
