@@ -53,6 +53,9 @@ func TestSettleTurnsEachPolicyIntoStatus(t *testing.T) {
 			want{"False", "False", "", stages.ReasonApplyFailed, metrics.OutcomeError, time.Second, "rev1"}},
 		{"a dependency is waited for, not failed", false, waitForDependencies(ReasonDependencyNotReady, "waiting for ns/other"),
 			want{"False", "False", "", ReasonDependencyNotReady, metrics.OutcomeSuccess, dependencyRecheck, "rev1"}},
+		{"a write refused because another replica took the deployment over is not a failure", false,
+			fmt.Errorf("stage Apply: %w", &NotOwnerError{Namespace: "ns", Name: "edge", Owner: "replica-b"}),
+			want{"False", "False", "", ReasonHandedOver, metrics.OutcomeSuccess, time.Second, "rev1"}},
 		{"an error with nothing to say is retried", false, errors.New("etcdserver: leader changed"),
 			want{"False", "False", "", ReasonReconcileFailed, metrics.OutcomeError, time.Second, "rev1"}},
 	} {

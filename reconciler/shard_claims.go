@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/failure"
 )
 
 // A claim says which replica writes for a deployment: the Lease
@@ -61,6 +62,24 @@ type ClaimHeldError struct {
 func (e *ClaimHeldError) Error() string {
 	return fmt.Sprintf("ClusterDeployment %s/%s is claimed by replica %s until %s (Lease %s/%s); this replica does not write for it",
 		e.Namespace, e.Name, e.Holder, e.Until.Format(time.RFC3339Nano), e.Namespace, ClaimLeaseName(e.Name))
+}
+
+// ReasonHandedOver: a write was refused because another replica owns the
+// deployment or holds its claim now (sharding). It is not a failure of
+// the deployment: the attempt ends waiting, and the replica that has the
+// deployment carries on.
+const ReasonHandedOver = "HandedOver"
+
+// Failure implements failure.Classified: the attempt waits until the
+// claim expires, unless its holder releases it first.
+func (e *ClaimHeldError) Failure() *failure.Error {
+	return &failure.Error{Reason: ReasonHandedOver, Policy: failure.PolicyWait, Err: e, RetryAfter: max(time.Until(e.Until), time.Second)}
+}
+
+// Failure implements failure.Classified: the attempt waits; the owner
+// reconciles the deployment.
+func (e *NotOwnerError) Failure() *failure.Error {
+	return &failure.Error{Reason: ReasonHandedOver, Policy: failure.PolicyWait, Err: e}
 }
 
 // NotOwnerError says that a deployment belongs to another replica now
