@@ -59,4 +59,3 @@ func TestHighestVersion(t *testing.T) {
 		})
 	}
 }
-
