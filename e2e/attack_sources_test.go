@@ -1,13 +1,8 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +10,7 @@ import (
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/internal/gitserver"
+	"github.com/capstan-dev/capstan/internal/trickle"
 	"github.com/capstan-dev/capstan/reconciler"
 	"github.com/capstan-dev/capstan/reconciler/report"
 	"github.com/capstan-dev/capstan/sources/git"
@@ -151,67 +147,6 @@ func TestAttackStatusBranchWithRootCredentials(t *testing.T) {
 	})
 }
 
-// trickle is a git http server that answers one byte per second: it
-// forwards each request to the suite's git server and sends the answer
-// back a byte at a time. It counts the requests under way.
-type trickle struct {
-	upstream string
-	inFlight atomic.Int64
-	srv      *httptest.Server
-}
-
-func newTrickle(t testing.TB, upstream string) *trickle {
-	t.Helper()
-	tr := &trickle{upstream: upstream}
-	tr.srv = httptest.NewServer(http.HandlerFunc(tr.serve))
-	t.Cleanup(func() {
-		tr.srv.CloseClientConnections()
-		tr.srv.Close()
-	})
-	return tr
-}
-
-func (tr *trickle) serve(w http.ResponseWriter, r *http.Request) {
-	tr.inFlight.Add(1)
-	defer tr.inFlight.Add(-1)
-	body, _ := io.ReadAll(r.Body)
-	req, err := http.NewRequestWithContext(r.Context(), r.Method, tr.upstream+r.URL.RequestURI(), bytes.NewReader(body))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	req.Header = r.Header.Clone()
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	answer, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	for k, v := range res.Header {
-		if k != "Content-Length" {
-			w.Header()[k] = v
-		}
-	}
-	w.WriteHeader(res.StatusCode)
-	flusher, _ := w.(http.Flusher)
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for i := range answer {
-		select {
-		case <-r.Context().Done():
-			return
-		case <-tick.C:
-		}
-		if _, err := w.Write(answer[i : i+1]); err != nil {
-			return
-		}
-		if flusher != nil {
-			flusher.Flush()
-		}
-	}
-}
-
 // Four deployments whose sources answer one byte per second do not keep
 // a fifth, on a healthy source, from reaching Ready within its interval,
 // with as many reconcile workers as slow sources; each of the four fails
@@ -221,7 +156,8 @@ func TestAttackSlowLorisSources(t *testing.T) {
 	ns := newNamespace(t)
 	const slowTimeout = 30 * time.Second
 	const healthyInterval = 20 * time.Second
-	slow := newTrickle(t, gitSrv.URL())
+	slow := trickle.Start(gitSrv.URL(), trickle.Options{Interval: time.Second})
+	t.Cleanup(slow.Close)
 	secret := gitSecret(t, c, ns)
 	startDaemonWith(t, nil, func(o *reconciler.Options) { o.Workers = 4 })
 
@@ -233,13 +169,13 @@ func TestAttackSlowLorisSources(t *testing.T) {
 		if _, err := gitSrv.Commit(repo, gitserver.DefaultBranch, twoStageFiles("1"), "slow"); err != nil {
 			t.Fatal(err)
 		}
-		spec := twoStageSpec(slow.srv.URL+"/"+repo+".git", ns, secret)
+		spec := twoStageSpec(slow.URL+"/"+repo+".git", ns, secret)
 		spec.Timeout = &metav1.Duration{Duration: slowTimeout}
 		spec.Interval = &metav1.Duration{Duration: time.Minute}
 		createDeployment(t, c, ns, fmt.Sprintf("slow-%d", i), spec)
 	}
 	waitFor(t, "four requests held by the slow server", func() (bool, error) {
-		n := slow.inFlight.Load()
+		n := slow.InFlight()
 		return n >= 4, fmt.Errorf("%d requests under way", n)
 	})
 
@@ -275,7 +211,7 @@ func TestAttackSlowLorisSources(t *testing.T) {
 
 	for i := range 4 {
 		name := fmt.Sprintf("slow-%d", i)
-		want := slow.srv.URL + "/" + fmt.Sprintf("%s-slow-%d", ns, i) + ".git"
+		want := slow.URL + "/" + fmt.Sprintf("%s-slow-%d", ns, i) + ".git"
 		waitDeployment(t, c, ns, name, "failed on spec.timeout, naming its source", func(cd *capstanv1.ClusterDeployment) bool {
 			s := condition(cd, capstanv1.ConditionSourceReady)
 			return s != nil && s.Status == metav1.ConditionFalse && s.Reason == "SourceTimeout" &&

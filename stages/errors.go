@@ -18,6 +18,7 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 
 	"github.com/capstan-dev/capstan/failure"
+	"github.com/capstan-dev/capstan/stages/pivot"
 )
 
 // Reasons of stage failures, in conditions, events and
@@ -48,11 +49,13 @@ const (
 	ReasonReadinessCheckFailed = "ReadinessCheckFailed"
 	// ReasonPivotBlocked: a pivot stage cannot start or go on until someone
 	// acts: no target kubeConfig, a move into another cluster under way,
-	// the move's preflight found missing CRDs or a deployment in the way.
-	ReasonPivotBlocked = "PivotBlocked"
+	// the move's preflight found missing CRDs or a deployment in the way
+	// (pivot.ReasonPivotBlocked, which the move's errors carry).
+	ReasonPivotBlocked = pivot.ReasonPivotBlocked
 	// ReasonFenced: the fencing record of the deployment names another
-	// Capstan, which owns it now (after a pivot); this one must not write.
-	ReasonFenced = "Fenced"
+	// Capstan, which owns it now (after a pivot); this one must not write
+	// (pivot.ReasonFenced, which pivot.FencedError carries).
+	ReasonFenced = pivot.ReasonFenced
 	// ReasonClusterUnreachable: the cluster a stage acts on does not
 	// answer, or its kubeconfig cannot be used (waiting, not failing).
 	ReasonClusterUnreachable = "ClusterUnreachable"

@@ -2,10 +2,8 @@ package stages
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -112,13 +109,8 @@ func (e *Executor) checkFence(ctx context.Context, owner Owner) error {
 	if err != nil || id == "" {
 		return err
 	}
-	if err := pivot.CheckFence(ctx, e.own, owner.Namespace, owner.Name, id, name); err != nil {
-		if pivot.IsFenced(err) {
-			return failure.Stalled(ReasonFenced, err)
-		}
-		return err
-	}
-	return nil
+	// A FencedError stalls by its own classification (pivot.ReasonFenced).
+	return pivot.CheckFence(ctx, e.own, owner.Namespace, owner.Name, id, name)
 }
 
 // readDeployment reads the ClusterDeployment owner in the home cluster.
@@ -141,7 +133,7 @@ func readDeployment(ctx context.Context, c client.Reader, owner Owner) (*capstan
 
 // pivotStage moves the deployment, everything it applied and what the
 // controllers made of it from the cluster Capstan runs in into the
-// stage's cluster (its kubeConfig), with pivot.Mover, then installs
+// stage's cluster (its kubeConfig), with pivot.Run, then installs
 // Capstan there (docs/pivot.md). Every phase done is recorded in the
 // deployment's status.pivot, so that a later attempt, after a crash or a
 // failed phase, resumes after it. The result is InProgress and applied:
@@ -196,21 +188,9 @@ func (e *Executor) pivotStage(ctx context.Context, stage *Stage, owner Owner) Re
 			}
 		}
 	}
-	if last == "" {
-		rec := &capstanv1.PivotStatus{Target: e.cluster.Name(), Stage: stage.Name, StartedAt: ptrNow(),
-			KubeConfig: e.kubeConfig, KubeConfigNamespace: e.kubeConfigNamespace}
-		if err := e.recordPivot(ctx, owner, rec); err != nil {
-			return failed(res, err)
-		}
-	}
-
 	if !last.Reached(capstanv1.PivotSourceCleaned) {
-		n, mirrors, err := e.move(ctx, stage, owner, cd, last, targetID, targetDisco.Discovery())
-		if err != nil {
+		if err := e.move(ctx, stage, owner, cd, targetID, targetDisco.Discovery()); err != nil {
 			return e.pivotFailed(ctx, owner, res, fmt.Errorf("stage %s: %w", stage.Name, err))
-		}
-		if err := e.recordPivot(ctx, owner, &capstanv1.PivotStatus{Objects: int32(n), Mirrors: mirrors, Owner: targetID}); err != nil {
-			return failed(res, err)
 		}
 	}
 
@@ -236,90 +216,40 @@ func (e *Executor) pivotStage(ctx context.Context, stage *Stage, owner Owner) Re
 	return res
 }
 
-// move runs the Mover from the phase after last, recording each step, and
-// returns how many objects moved and the mirrors kept.
-func (e *Executor) move(ctx context.Context, stage *Stage, owner Owner, cd *capstanv1.ClusterDeployment, last capstanv1.PivotPhase,
-	targetID string, targetDisco discovery.DiscoveryInterface) (int, []capstanv1.ObjectReference, error) {
-	// Up to the copy the source holds everything; after it, the target.
-	from, disco := e.home, e.homeDiscovery
-	if last.Reached(capstanv1.PivotCopied) {
-		from, disco = e.client, targetDisco
-	}
-	all, roots, err := pivot.Discover(ctx, from, disco, owner.Namespace, owner.Name)
-	if err != nil {
-		return 0, nil, err
-	}
-	g, err := pivot.BuildGraph(all, roots)
-	if err != nil {
-		return 0, nil, err
-	}
-	if err := e.checkCarries(cd, g); err != nil && last == "" {
-		return 0, nil, err
-	}
-	if last == "" {
-		if e.installer != nil && (stage.Pivot == nil || stage.Pivot.Install != capstanv1.PivotInstallNever) {
+// move runs pivot.Run from the cluster Capstan runs in into the stage's
+// cluster. The stage adds to the driver what only a stage does: Capstan's
+// CRDs installed into the target before the preflight (the deployment
+// moves with the rest), the refusal of objects of Capstan's own namespace,
+// and the deployment's credentials held in the source until the handover,
+// since the walk here goes on with them until then (pivotWait releases
+// them).
+func (e *Executor) move(ctx context.Context, stage *Stage, owner Owner, cd *capstanv1.ClusterDeployment,
+	targetID string, targetDisco discovery.DiscoveryInterface) error {
+	install := e.installer != nil && (stage.Pivot == nil || stage.Pivot.Install != capstanv1.PivotInstallNever)
+	_, err := pivot.Run(ctx, pivot.Move{
+		Namespace: owner.Namespace, Name: owner.Name,
+		Source:   pivot.Cluster{Name: e.sourceName(ctx), Client: e.home, Discovery: e.homeDiscovery},
+		Target:   pivot.Cluster{Name: e.cluster.Name(), Client: e.client, Discovery: targetDisco},
+		TargetID: targetID,
+		Start:    capstanv1.PivotStatus{Stage: stage.Name, KubeConfig: e.kubeConfig, KubeConfigNamespace: e.kubeConfigNamespace},
+		Force:    stage.Pivot != nil && stage.Pivot.Force,
+		Held:     pivot.HeldSecrets(cd),
+		Check:    func(g *pivot.Graph) error { return e.checkCarries(cd, g) },
+		BeforePreflight: func(ctx context.Context) error {
+			if !install {
+				return nil
+			}
 			if err := e.installer.InstallCRDs(ctx, e.cluster); err != nil {
-				return 0, nil, fmt.Errorf("install Capstan's CRDs into %s: %w", e.cluster.Name(), err)
+				return fmt.Errorf("install Capstan's CRDs into %s: %w", e.cluster.Name(), err)
 			}
 			// What the target serves changed: ask afresh.
 			if c, ok := targetDisco.(interface{ Invalidate() }); ok {
 				c.Invalidate()
 			}
-		}
-		force := stage.Pivot != nil && stage.Pivot.Force
-		if err := pivot.Preflight(ctx, g, e.client, targetDisco, pivot.PreflightOptions{Force: force}); err != nil {
-			err = fmt.Errorf("preflight: the move did not start, nothing changed: %w", err)
-			for _, p := range pivot.PreflightProblems(err) {
-				if !p.Waiting() {
-					// Missing CRDs or a deployment in the way: someone
-					// must act before another attempt can pass.
-					return 0, nil, failure.Stalled(ReasonPivotBlocked, err)
-				}
-			}
-			return 0, nil, err
-		}
-		if err := e.recordPivot(ctx, owner, &capstanv1.PivotStatus{Phase: capstanv1.PivotPreflight}); err != nil {
-			return 0, nil, err
-		}
-		last = capstanv1.PivotPreflight
-	}
-	// The Secret the target is reached through stays: the mirrors' status
-	// is refreshed through it. Copies of the source's credentials and of
-	// the bootstrap key stay until the cleanup: the walk here fetches and
-	// renders with them until the handover (and must not make a new key
-	// that no machine holds).
-	// Secrets another deployment here names are copied and stay.
-	kubeconfig := e.cluster.Name()
-	held := heldUntilCleanup(cd)
-	shared, err := sharedSecrets(ctx, e.home, cd)
-	if err != nil {
-		return 0, nil, err
-	}
-	mirror := func(o pivot.Object) bool {
-		return pivot.IsMirror(o) || (o.Kind == "Secret" && "Secret "+o.Namespace+"/"+o.Name == kubeconfig) ||
-			(o.Kind == "Secret" && o.Namespace == owner.Namespace && (slices.Contains(held, o.Name) || shared[o.Name]))
-	}
-	var mirrors []capstanv1.ObjectReference
-	for _, n := range g.Nodes() {
-		if id := n.ID(); mirror(id) && id.Kind != "ClusterDeployment" && id.Kind != "Secret" {
-			mirrors = append(mirrors, capstanv1.ObjectReference{APIVersion: id.APIVersion, Kind: id.Kind, Namespace: id.Namespace, Name: id.Name})
-		}
-	}
-	m := &pivot.Mover{
-		Source: e.home, Target: e.client, SourceName: e.sourceName(ctx), TargetName: e.cluster.Name(), TargetID: targetID,
-		Mirror: mirror,
-		Done: func(s pivot.Step) error {
-			return e.recordPivot(ctx, owner, &capstanv1.PivotStatus{Phase: capstanv1.PivotPhase(s)})
+			return nil
 		},
-	}
-	step := pivot.Step("")
-	if last != capstanv1.PivotPreflight {
-		step = pivot.Step(last)
-	}
-	if err := m.Move(ctx, g, step); err != nil {
-		return 0, nil, err
-	}
-	return g.Len(), mirrors, nil
+	})
+	return err
 }
 
 // sourceName describes the cluster this Capstan runs in.
@@ -448,78 +378,6 @@ func (e *Executor) handedOver(ctx context.Context, stage *Stage, owner Owner, st
 	return waiting, false, nil
 }
 
-// heldUntilCleanup are the Secrets of the deployment's namespace that a
-// move copies and keeps here until the handover is confirmed: the
-// credentials of its source, those it reports with (this Capstan comments
-// and commits its status until then) and the bootstrap key.
-func heldUntilCleanup(cd *capstanv1.ClusterDeployment) []string {
-	names := []string{pivot.BootstrapKeySecret}
-	if r := cd.Spec.Report; r != nil {
-		if r.PullRequests != nil {
-			names = append(names, r.PullRequests.SecretRef.Name)
-		}
-		if r.GitStatus != nil && r.GitStatus.SecretRef != nil {
-			names = append(names, r.GitStatus.SecretRef.Name)
-		}
-	}
-	if src := cd.Spec.Source; src != nil {
-		if g := src.Git; g != nil {
-			if g.SecretRef != nil {
-				names = append(names, g.SecretRef.Name)
-			}
-			if g.Verify != nil {
-				names = append(names, g.Verify.SecretRef.Name)
-			}
-		}
-		if o := src.OCI; o != nil {
-			if o.SecretRef != nil {
-				names = append(names, o.SecretRef.Name)
-			}
-			if o.Verify != nil {
-				names = append(names, o.Verify.SecretRef.Name)
-			}
-		}
-	}
-	return names
-}
-
-// sharedSecrets are the Secrets of cd's namespace that another deployment
-// there (not a mirror) names: its source's credentials, its forge token
-// and status push credentials, its kubeconfigs, and the namespace's
-// bootstrap key, which every deployment of the
-// namespace uses. A move copies them and leaves them in place.
-func sharedSecrets(ctx context.Context, c client.Reader, cd *capstanv1.ClusterDeployment) (map[string]bool, error) {
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(capstanv1.GroupVersion.WithKind("ClusterDeploymentList"))
-	if err := c.List(ctx, list, client.InNamespace(cd.Namespace)); err != nil {
-		return nil, fmt.Errorf("list the ClusterDeployments of namespace %s: %w", cd.Namespace, err)
-	}
-	shared := map[string]bool{}
-	for i := range list.Items {
-		u := &list.Items[i]
-		if u.GetName() == cd.Name || u.GetAnnotations()[pivot.MirrorAnnotation] != "" {
-			continue
-		}
-		other := &capstanv1.ClusterDeployment{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, other); err != nil {
-			continue
-		}
-		for _, name := range heldUntilCleanup(other) {
-			shared[name] = true
-		}
-		refs := []*capstanv1.KubeConfigReference{other.Spec.KubeConfig}
-		for _, st := range other.Spec.Stages {
-			refs = append(refs, st.KubeConfig)
-		}
-		for _, r := range refs {
-			if r != nil && r.SecretRef != nil {
-				shared[r.SecretRef.Name] = true
-			}
-		}
-	}
-	return shared, nil
-}
-
 // ReleaseHeld deletes from the cluster c reaches the copies of the
 // Secrets a move of cd held there for the walk until the handover (its
 // source's credentials, the bootstrap key). It runs after the cleanup is
@@ -527,12 +385,12 @@ func sharedSecrets(ctx context.Context, c client.Reader, cd *capstanv1.ClusterDe
 // the two must find the credentials still there to finish the walk, and
 // the copies gone in the end.
 func ReleaseHeld(ctx context.Context, c client.Client, cd *capstanv1.ClusterDeployment) error {
-	shared, err := sharedSecrets(ctx, c, cd)
+	shared, err := pivot.SharedSecrets(ctx, c, cd.Namespace, cd.Name)
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, name := range heldUntilCleanup(cd) {
+	for _, name := range pivot.HeldSecrets(cd) {
 		if shared[name] {
 			continue
 		}
@@ -592,9 +450,6 @@ func (e *Executor) takeOver(ctx context.Context, stage *Stage, owner Owner, cd *
 	}
 	if id != "" {
 		if err := pivot.CheckFence(ctx, e.home, owner.Namespace, owner.Name, id, name); err != nil {
-			if pivot.IsFenced(err) {
-				err = failure.Stalled(ReasonFenced, err)
-			}
 			return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
 		}
 		if cd.Status.Pivot == nil || cd.Status.Pivot.Owner != id {
@@ -621,47 +476,8 @@ func (e *Executor) recordPivot(ctx context.Context, owner Owner, rec *capstanv1.
 	return RecordPivot(ctx, e.home, owner.Namespace, owner.Name, rec, clear...)
 }
 
-// RecordPivot merges rec's set fields into status.pivot of the
-// ClusterDeployment namespace/name through c (a JSON merge patch on the
-// status subresource), stamping phaseTime when rec sets a phase, and
-// removes the fields named in clear that rec does not set. The pivot
-// stage and `capstan pivot` keep one record this way. The write outlives
-// a cancelled ctx by up to 10 s: a phase done must be recorded, or a
-// resumed move would take it again.
+// RecordPivot is pivot.Record: it merges rec's set fields into
+// status.pivot of the ClusterDeployment namespace/name.
 func RecordPivot(ctx context.Context, c client.Client, namespace, name string, rec *capstanv1.PivotStatus, clear ...string) error {
-	if rec.Phase != "" {
-		rec.PhaseTime = ptrNow()
-	}
-	raw, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	var fields map[string]any
-	if err := json.Unmarshal(raw, &fields); err != nil {
-		return err
-	}
-	for _, k := range clear {
-		if _, set := fields[k]; !set {
-			fields[k] = nil
-		}
-	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"pivot": fields}})
-	if err != nil {
-		return err
-	}
-	cd := &unstructured.Unstructured{}
-	cd.SetGroupVersionKind(capstanv1.GroupVersion.WithKind("ClusterDeployment"))
-	cd.SetNamespace(namespace)
-	cd.SetName(name)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := c.Status().Patch(ctx, cd, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return fmt.Errorf("record the move in ClusterDeployment %s/%s status.pivot: %w", namespace, name, err)
-	}
-	return nil
-}
-
-func ptrNow() *metav1.Time {
-	now := metav1.Now()
-	return &now
+	return pivot.Record(ctx, c, namespace, name, rec, clear...)
 }

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -14,19 +12,15 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/yaml"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
-	"github.com/capstan-dev/capstan/stages"
 	"github.com/capstan-dev/capstan/stages/pivot"
 )
 
@@ -159,9 +153,9 @@ func movePivot(ctx context.Context, out io.Writer, f pivotFlags, name string, in
 	}
 	from, to := describeCluster(source), describeCluster(target)
 
-	cd, record, err := readPivotRecord(ctx, source.client, f.namespace, name)
+	cd, _, err := pivot.ReadDeployment(ctx, source.client, f.namespace, name)
 	if err != nil {
-		return err
+		return fmt.Errorf("in the source: %w", err)
 	}
 	st := cd.Status.Pivot
 	last := capstanv1.PivotPhase("")
@@ -179,39 +173,51 @@ func movePivot(ctx context.Context, out io.Writer, f pivotFlags, name string, in
 		return nil
 	}
 
-	// Up to the copy the source holds everything; after it, the target.
-	in := source
-	if last.Reached(capstanv1.PivotCopied) {
-		in = target
+	// The move by hand walks nothing in the source afterwards: it holds
+	// none of the deployment's Secrets there (pivot.Move.Held).
+	move := pivot.Move{
+		Namespace: f.namespace, Name: name,
+		Source: pivot.Cluster{Name: from, Client: source.client, Discovery: source.disco},
+		Target: pivot.Cluster{Name: to, Client: target.client, Discovery: target.disco},
+		Force:  f.force,
+		DryRun: f.dryRun,
+		Check:  func(g *pivot.Graph) error { return checkCarriesCredentials(g, f.namespace) },
+		Done: func(s pivot.Step, n int) error {
+			if s == pivot.StepPreflight {
+				fmt.Fprintf(out, "  ✓ %-12s no problems\n", s)
+				return nil
+			}
+			fmt.Fprintf(out, "  ✓ %-12s %d objects\n", s, n)
+			if interrupt != nil {
+				return interrupt(s)
+			}
+			return nil
+		},
 	}
-	all, roots, err := pivot.Discover(ctx, in.client, in.disco, f.namespace, name)
-	if err != nil {
-		return err
+	secret := mirrorSecretName(f, name)
+	if secret != "" {
+		move.Start.KubeConfig = &capstanv1.SecretKeyReference{Name: secret, Key: capstanv1.DefaultKubeConfigKey}
+		move.Start.KubeConfigNamespace = f.namespace
 	}
-	g, err := pivot.BuildGraph(all, roots)
-	if err != nil {
-		return err
-	}
-	if err := checkCarriesCredentials(g, f.namespace); err != nil {
-		return err
-	}
-	plan, err := planOf(g, from, to, f.namespace, name)
-	if err != nil {
-		return err
-	}
-	plan.ResumesAfter = string(last)
-	// A move that resumes was checked when it started; by now its objects
-	// are paused, half copied or arrived, which a preflight would refuse.
-	var preflight error
-	if last == "" {
-		preflight = pivot.Preflight(ctx, g, target.client, target.disco, pivot.PreflightOptions{Force: f.force})
-		problems := pivot.PreflightProblems(preflight)
-		if preflight != nil && len(problems) == 0 {
-			return preflight
+	move.Starting = func(ctx context.Context, p *pivot.Plan) error {
+		fmt.Fprintf(out, "moving %s/%s: %d objects from %s into %s\n", f.namespace, name, p.Graph.Len(), from, to)
+		if secret == "" {
+			return nil
 		}
-		plan.Preflight = preflightOf(problems)
+		return keepTargetKubeconfig(ctx, source.client, f, secret)
 	}
+	if last != "" && !f.dryRun {
+		fmt.Fprintf(out, "resuming the move of %s/%s into %s after phase %s\n", f.namespace, name, to, last)
+	}
+	p, err := pivot.Run(ctx, move)
 	if f.dryRun {
+		if err != nil {
+			return err
+		}
+		plan, err := planOf(p, from, to, f.namespace, name)
+		if err != nil {
+			return err
+		}
 		if err := printMovePlan(out, plan, f.output); err != nil {
 			return err
 		}
@@ -220,64 +226,13 @@ func movePivot(ctx context.Context, out io.Writer, f pivotFlags, name string, in
 		}
 		return nil
 	}
-	if preflight != nil {
-		return fmt.Errorf("preflight: the move of %s/%s did not start, nothing was changed:\n%w", f.namespace, name, preflight)
-	}
-
-	// The target's identity: the fencing records are handed to it, and
-	// status.pivot names it as the deployment's owner.
-	targetID, err := pivot.ClusterID(ctx, target.client)
 	if err != nil {
-		return fmt.Errorf("target %s: %w", to, err)
-	}
-	if last == "" {
-		fmt.Fprintf(out, "moving %s/%s: %d objects from %s into %s\n", f.namespace, name, len(plan.Create), from, to)
-		// A record without a phase (a pivot stage whose preflight failed)
-		// is replaced whole: this move is by hand.
-		rec := &capstanv1.PivotStatus{Target: to, StartedAt: ptr.To(metav1.Now()), Phase: capstanv1.PivotPreflight}
-		if secret := mirrorSecretName(f, name); secret != "" {
-			if err := keepTargetKubeconfig(ctx, source.client, f, secret); err != nil {
-				return err
-			}
-			rec.KubeConfig = &capstanv1.SecretKeyReference{Name: secret, Key: capstanv1.DefaultKubeConfigKey}
-			rec.KubeConfigNamespace = f.namespace
+		if p != nil && p.Moving {
+			return fmt.Errorf("%w; run the same command again to resume", err)
 		}
-		if err := recordPivot(ctx, source.client, f.namespace, name, rec, record); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "  ✓ %-12s no problems\n", capstanv1.PivotPreflight)
-		last = capstanv1.PivotPreflight
-	} else {
-		fmt.Fprintf(out, "resuming the move of %s/%s into %s after phase %s\n", f.namespace, name, to, last)
+		return err
 	}
-	mirrors := pivotMirrors(g)
-	counts := map[pivot.Step]int{}
-	m := &pivot.Mover{
-		Source: source.client, Target: target.client, SourceName: from, TargetName: to, TargetID: targetID,
-		Touched: func(s pivot.Step, _ pivot.Object) error { counts[s]++; return nil },
-		Done: func(s pivot.Step) error {
-			rec := &capstanv1.PivotStatus{Phase: capstanv1.PivotPhase(s)}
-			if s == pivot.StepCleanSource {
-				rec.Objects, rec.Mirrors, rec.Owner = int32(g.Len()), mirrors, targetID
-			}
-			if err := recordPivot(ctx, source.client, f.namespace, name, rec, nil); err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "  ✓ %-12s %d objects\n", s, counts[s])
-			if interrupt != nil {
-				return interrupt(s)
-			}
-			return nil
-		},
-	}
-	step := pivot.Step("")
-	if last != capstanv1.PivotPreflight {
-		step = pivot.Step(last)
-	}
-	if err := m.Move(ctx, g, step); err != nil {
-		return fmt.Errorf("%w; run the same command again to resume", err)
-	}
-	fmt.Fprintf(out, "moved: %s/%s now lives in %s; the source keeps %d read-only mirrors\n", f.namespace, name, to, len(plan.Mirrors))
+	fmt.Fprintf(out, "moved: %s/%s now lives in %s; the source keeps %d read-only mirrors\n", f.namespace, name, to, mirrorsKept(p))
 	printPivotNext(out, f)
 	return nil
 }
@@ -379,45 +334,6 @@ func printPivotNext(out io.Writer, f pivotFlags) {
 	fmt.Fprintf(out, "next: start Capstan in the target; it owns the deployment (its fencing records) and takes it over:\n  %s\n", install)
 }
 
-// pivotMirrors are the Cluster API Clusters and Machines the move keeps
-// in the source, as status.pivot lists them: the deployment is the record
-// itself.
-func pivotMirrors(g *pivot.Graph) []capstanv1.ObjectReference {
-	var out []capstanv1.ObjectReference
-	for _, n := range g.Nodes() {
-		if id := n.ID(); pivot.IsMirror(id) && id.Kind != "ClusterDeployment" && id.Kind != "Secret" {
-			out = append(out, capstanv1.ObjectReference{APIVersion: id.APIVersion, Kind: id.Kind, Namespace: id.Namespace, Name: id.Name})
-		}
-	}
-	return out
-}
-
-// readPivotRecord reads the ClusterDeployment in the source, and its
-// status.pivot as stored (nil without one).
-func readPivotRecord(ctx context.Context, c client.Reader, namespace, name string) (*capstanv1.ClusterDeployment, map[string]any, error) {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(capstanv1.GroupVersion.WithKind("ClusterDeployment"))
-	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, u); err != nil {
-		return nil, nil, fmt.Errorf("read ClusterDeployment %s/%s in the source: %w", namespace, name, err)
-	}
-	cd := &capstanv1.ClusterDeployment{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cd); err != nil {
-		return nil, nil, fmt.Errorf("read ClusterDeployment %s/%s in the source: %w", namespace, name, err)
-	}
-	record, _, err := unstructured.NestedMap(u.Object, "status", "pivot")
-	if err != nil {
-		return nil, nil, fmt.Errorf("read ClusterDeployment %s/%s in the source: status.pivot: %w", namespace, name, err)
-	}
-	return cd, record, nil
-}
-
-// recordPivot records rec in the source's status.pivot as the pivot stage
-// does; the fields of replaced (the record as read) that rec does not set
-// are removed.
-func recordPivot(ctx context.Context, c client.Client, namespace, name string, rec *capstanv1.PivotStatus, replaced map[string]any) error {
-	return stages.RecordPivot(ctx, c, namespace, name, rec, slices.Collect(maps.Keys(replaced))...)
-}
-
 // pivotPlan is what a move will do, as --dry-run prints it.
 type pivotPlan struct {
 	Deployment string           `json:"deployment"`
@@ -468,30 +384,47 @@ type pivotPlanEntry struct {
 	Why    string `json:"why"`
 }
 
-func planOf(g *pivot.Graph, from, to, namespace, name string) (*pivotPlan, error) {
-	p := &pivotPlan{Deployment: namespace + "/" + name, From: from, To: to}
+// planOf is the driver's plan as --dry-run prints it: the objects kept
+// in the source are those of the driver's one mirror rule.
+func planOf(p *pivot.Plan, from, to, namespace, name string) (*pivotPlan, error) {
+	plan := &pivotPlan{Deployment: namespace + "/" + name, From: from, To: to, ResumesAfter: string(p.Last)}
+	g := p.Graph
 	for _, n := range g.PauseTargets() {
-		p.Pause = append(p.Pause, n.ID().String())
+		plan.Pause = append(plan.Pause, n.ID().String())
 	}
 	create, err := g.CreateOrder()
 	if err != nil {
 		return nil, err
 	}
 	for _, n := range create {
-		p.Create = append(p.Create, pivotPlanEntry{Object: n.ID().String(), Why: n.Why})
+		plan.Create = append(plan.Create, pivotPlanEntry{Object: n.ID().String(), Why: n.Why})
 	}
 	del, err := g.DeleteOrder()
 	if err != nil {
 		return nil, err
 	}
 	for _, n := range del {
-		if pivot.IsMirror(n.ID()) {
-			p.Mirrors = append(p.Mirrors, n.ID().String())
+		if p.Keep(n.ID()) {
+			plan.Mirrors = append(plan.Mirrors, n.ID().String())
 		} else {
-			p.Delete = append(p.Delete, n.ID().String())
+			plan.Delete = append(plan.Delete, n.ID().String())
 		}
 	}
-	return p, nil
+	if p.Checked {
+		plan.Preflight = preflightOf(pivot.PreflightProblems(p.Preflight))
+	}
+	return plan, nil
+}
+
+// mirrorsKept counts what the move kept in the source.
+func mirrorsKept(p *pivot.Plan) int {
+	n := 0
+	for _, node := range p.Graph.Nodes() {
+		if p.Keep(node.ID()) {
+			n++
+		}
+	}
+	return n
 }
 
 func printMovePlan(out io.Writer, p *pivotPlan, format string) error {

@@ -1,67 +1,21 @@
 package git
 
 import (
-	"bytes"
 	"context"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
-)
 
-// trickleServer forwards every request to upstream and sends the answer
-// back one byte per interval: a server that answers, slowly enough to
-// hold a client that only waits for the next byte forever.
-func trickleServer(t *testing.T, upstream string, interval time.Duration) *httptest.Server {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		req, err := http.NewRequestWithContext(r.Context(), r.Method, upstream+r.URL.RequestURI(), bytes.NewReader(body))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		req.Header = r.Header.Clone()
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		answer, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		for k, v := range res.Header {
-			if k != "Content-Length" {
-				w.Header()[k] = v
-			}
-		}
-		w.WriteHeader(res.StatusCode)
-		for i := range answer {
-			select {
-			case <-r.Context().Done():
-				return
-			case <-time.After(interval):
-			}
-			if _, err := w.Write(answer[i : i+1]); err != nil {
-				return
-			}
-			w.(http.Flusher).Flush()
-		}
-	}))
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-	})
-	return srv
-}
+	"github.com/capstan-dev/capstan/internal/trickle"
+)
 
 // The caller's deadline cuts a server that trickles its answer a byte a
 // second, in a revision check and in a fetch alike: the deadline is what
 // bounds them, not the server's pace.
 func TestDeadlineCutsATricklingServer(t *testing.T) {
 	repo, _ := newRepo(t, map[string]string{"a.yaml": "a: 1\n"})
-	slow := trickleServer(t, server.URL(), time.Second)
+	slow := trickle.Start(server.URL(), trickle.Options{Interval: time.Second})
+	t.Cleanup(slow.Close)
 	src, err := New(Options{URL: slow.URL + "/" + repo + ".git", Auth: Auth{Username: testUser, Password: testPassword}})
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package git
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 
 	gogit "github.com/go-git/go-git/v5"
@@ -14,53 +13,13 @@ import (
 	"github.com/capstan-dev/capstan/sources"
 )
 
-// sourceError carries a message written for the operator (which URL, what
-// to do) while keeping the policy sentinel and go-git's cause reachable
-// through errors.Is and errors.As.
-type sourceError struct {
-	msg  string
-	errs []error
-}
-
-func (e *sourceError) Error() string   { return e.msg }
-func (e *sourceError) Unwrap() []error { return e.errs }
-
 // newError builds the error of op (e.g. "list refs", "fetch") on s. kind is
 // a sources sentinel or nil for a retryable error; hint says what to do.
 func (s *Source) newError(op string, kind error, hint string, cause error) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s %s", op, s.display, s.ref)
-	if kind != nil {
-		b.WriteString(": " + kind.Error())
-	}
-	if hint != "" {
-		b.WriteString(": " + hint)
-	}
-	if cause != nil {
-		// Servers end their messages with newlines, and go-git leaves a
-		// dangling ": " when a server sends no message at all.
-		b.WriteString(": " + strings.TrimRight(strings.TrimSpace(cause.Error()), ": "))
-	}
-	e := &sourceError{msg: s.scrub(b.String())}
-	for _, err := range []error{kind, cause} {
-		if err != nil {
-			e.errs = append(e.errs, err)
-		}
-	}
-	return e
+	return sources.OpError(op+" "+s.display+" "+s.ref.String(), kind, hint, cause, s.opts.Auth.Password)
 }
 
-// scrub removes the configured password from a message, in case a server
-// or a library ever echoes it. Very short passwords are left alone: they
-// would match ordinary words, and the transports never echo them anyway.
-func (s *Source) scrub(msg string) string {
-	if p := s.opts.Auth.Password; len(p) >= 4 {
-		msg = strings.ReplaceAll(msg, p, "[redacted]")
-	}
-	return msg
-}
-
-// classify turns a go-git error of op into a sourceError with the policy
+// classify turns a go-git error of op into an error with the policy
 // and a hint for the operator.
 func (s *Source) classify(op string, err error) error {
 	hasHTTPCreds := s.opts.Auth.Username != "" || s.opts.Auth.Password != ""

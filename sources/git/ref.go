@@ -201,7 +201,7 @@ func (s *Source) resolve(op string, refs []*plumbing.Reference) (target, error) 
 				tags = append(tags, n.Short())
 			}
 		}
-		tag, ok := highest(tags, s.ref.constraint)
+		tag, ok := sources.HighestVersion(tags, s.ref.constraint)
 		if !ok {
 			return target{}, s.newError(op, sources.ErrNotFound,
 				fmt.Sprintf("no tag is a semantic version within %q (the repository has %d tags): push one or change %s",
@@ -226,25 +226,6 @@ func (s *Source) resolve(op string, refs []*plumbing.Reference) (target, error) 
 		slices.Sort(near)
 		return target{}, s.refNotFound(op, near)
 	}
-}
-
-// highest returns the tag with the highest version within c, by the rules
-// OCI sources use: tags that are not versions are skipped; of two tags
-// with the same version ("v1.2.0" and "1.2.0") the one that sorts last
-// wins, so the choice is stable.
-func highest(tags []string, c *semver.Constraints) (string, bool) {
-	var best *semver.Version
-	bestTag := ""
-	for _, tag := range tags {
-		v, err := semver.NewVersion(tag)
-		if err != nil || !c.Check(v) {
-			continue
-		}
-		if best == nil || v.GreaterThan(best) || (v.Equal(best) && tag > bestTag) {
-			best, bestTag = v, tag
-		}
-	}
-	return bestTag, best != nil
 }
 
 // refNotFound is the error for a branch, tag or ref the remote does not

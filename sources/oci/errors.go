@@ -3,25 +3,12 @@ package oci
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/capstan-dev/capstan/sources"
 )
-
-// sourceError carries a message written for the operator (which URL, what
-// to do) while keeping the policy sentinel and the cause reachable through
-// errors.Is and errors.As.
-type sourceError struct {
-	msg  string
-	errs []error
-}
-
-func (e *sourceError) Error() string   { return e.msg }
-func (e *sourceError) Unwrap() []error { return e.errs }
 
 // named is anything with a name to show: a repository or a reference.
 type named interface{ String() string }
@@ -29,49 +16,28 @@ type named interface{ String() string }
 // newError builds the error of op (e.g. "check", "fetch") on what. kind is
 // a sources sentinel or nil for a retryable error; hint says what to do.
 func (s *Source) newError(op string, what named, kind error, hint string, cause error) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s oci://%s", op, what.String())
-	if kind != nil {
-		b.WriteString(": " + kind.Error())
-	}
-	if hint != "" {
-		b.WriteString(": " + hint)
-	}
-	if cause != nil {
-		b.WriteString(": " + strings.TrimSpace(cause.Error()))
-	}
-	e := &sourceError{msg: s.scrub(b.String())}
-	for _, err := range []error{kind, cause} {
-		if err != nil {
-			e.errs = append(e.errs, err)
-		}
-	}
-	return e
+	return sources.OpError(op+" oci://"+what.String(), kind, hint, cause, s.secrets()...)
 }
 
-// scrub removes any configured password or token from a message, in case a
-// registry ever echoes one. Very short secrets are left alone: they would
-// match ordinary words.
-func (s *Source) scrub(msg string) string {
+// secrets are the configured passwords and tokens, kept out of every
+// message in case a registry ever echoes one.
+func (s *Source) secrets() []string {
 	if len(s.opts.Auth.DockerConfig) == 0 {
-		return msg
+		return nil
 	}
 	kc, err := ParseDockerConfig(s.opts.Auth.DockerConfig)
 	if err != nil {
-		return msg
+		return nil
 	}
+	var secrets []string
 	for _, ac := range kc.(staticKeychain) {
-		for _, secret := range []string{ac.Password, ac.IdentityToken, ac.RegistryToken} {
-			if len(secret) >= 4 {
-				msg = strings.ReplaceAll(msg, secret, "[redacted]")
-			}
-		}
+		secrets = append(secrets, ac.Password, ac.IdentityToken, ac.RegistryToken)
 	}
-	return msg
+	return secrets
 }
 
-// classify turns a go-containerregistry error of op on what into a
-// sourceError with the policy and a hint for the operator.
+// classify turns a go-containerregistry error of op on what into an
+// error with the policy and a hint for the operator.
 func (s *Source) classify(op string, what named, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return s.newError(op, what, nil, "", err)

@@ -229,7 +229,7 @@ func (s *Source) resolveTag(ctx context.Context) (string, name.Reference, error)
 		if err != nil {
 			return "", nil, s.classify("list tags of", s.repo, err)
 		}
-		tag, ok := highest(tags, s.constraint)
+		tag, ok := sources.HighestVersion(tags, s.constraint)
 		if !ok {
 			return "", nil, s.newError("list tags of", s.repo, sources.ErrNotFound,
 				fmt.Sprintf("no tag is a semantic version within %q (the repository has %d tags): push one or change spec.source.oci.ref.semver",
@@ -239,24 +239,6 @@ func (s *Source) resolveTag(ctx context.Context) (string, name.Reference, error)
 	default:
 		return s.ref.Tag, s.repo.Tag(s.ref.Tag), nil
 	}
-}
-
-// highest returns the tag with the highest version within c. Tags that are
-// not versions are skipped; of two tags with the same version ("v1.2.0"
-// and "1.2.0") the one that sorts last wins, so the choice is stable.
-func highest(tags []string, c *semver.Constraints) (string, bool) {
-	var best *semver.Version
-	bestTag := ""
-	for _, tag := range tags {
-		v, err := semver.NewVersion(tag)
-		if err != nil || !c.Check(v) {
-			continue
-		}
-		if best == nil || v.GreaterThan(best) || (v.Equal(best) && tag > bestTag) {
-			best, bestTag = v, tag
-		}
-	}
-	return bestTag, best != nil
 }
 
 // revision formats a revision the way every Capstan status shows it:

@@ -19,8 +19,12 @@
 // recorded and ends as an uninterrupted one (move_test.go kills it after
 // objects of every step).
 //
-// Not yet here: recording the steps in the deployment's status, the
-// preflight (target reachable, CRDs served, no machine mid-provisioning),
-// Capstan's own handover and fencing, the mirrors' status refresh, and
-// the stage action that runs it; see issue 12.
+// Run is the one driver of a move, for the pivot stage and `capstan
+// pivot` alike: it resumes after the phase the deployment's status.pivot
+// records, discovers what moves (Discover), builds the graph, runs the
+// Preflight (every reason the move cannot finish, at once), records the
+// start and then each phase, and keeps in the source what the one mirror
+// rule says stays. The fencing record (CheckFence, HandFence) is a Lease
+// per deployment naming the Capstan that owns it; FencedError and
+// PreflightProblem classify themselves in the failure vocabulary.
 package pivot

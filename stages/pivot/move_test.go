@@ -67,6 +67,14 @@ func writeFixture(t *testing.T, c client.Client) (string, []Object) {
 		if f.owner != "" {
 			ownedBy(created[f.owner])(u)
 		}
+		if slices.Contains(committed, u.GetKind()+"/"+u.GetName()) && u.GetKind() != "ClusterDeployment" {
+			labels := u.GetLabels()
+			if labels == nil {
+				labels = map[string]string{}
+			}
+			labels[appliedByName], labels[appliedByNamespace] = "mgmt", ns
+			u.SetLabels(labels)
+		}
 		if err := c.Create(t.Context(), u); err != nil {
 			t.Fatalf("create %s: %v", ObjectOf(u), err)
 		}
@@ -148,28 +156,32 @@ var errCrash = errors.New("crash")
 // records a move hands over.
 const testTargetID = "target-id"
 
-// moveCrashingAt moves ns, crashing once when crash returns true, then
-// resuming from the last step recorded, as a restarted daemon would.
-func moveCrashingAt(t *testing.T, ns string, roots []Object, crash func(Step, Object) bool) (crashed bool) {
+// moveCrashingAt moves ns through Run, the one driver, crashing once
+// when crash returns true, then running it again, which resumes after
+// the phase status.pivot records, as a restarted daemon would.
+func moveCrashingAt(t *testing.T, ns string, _ []Object, crash func(Step, Object) bool) (crashed bool) {
 	t.Helper()
 	source, target := clients(t)
-	var last Step
+	move := Move{
+		Namespace: ns, Name: "mgmt",
+		Source:   Cluster{Name: "source", Client: source, Discovery: discoveryOf(t, sourceEnv.Config)},
+		Target:   Cluster{Name: "target", Client: target, Discovery: discoveryOf(t, targetEnv.Config)},
+		TargetID: testTargetID,
+		Touched: func(s Step, o Object) error {
+			if !crashed && crash(s, o) {
+				crashed = true
+				return errCrash
+			}
+			return nil
+		},
+	}
 	for attempt := 0; attempt < 2; attempt++ {
-		m := &Mover{Source: source, Target: target, TargetName: "target", TargetID: testTargetID,
-			Done: func(s Step) error { last = s; return nil },
-			Touched: func(s Step, o Object) error {
-				if !crashed && crash(s, o) {
-					crashed = true
-					return errCrash
-				}
-				return nil
-			}}
-		err := m.Move(context.Background(), graphAt(t, source, target, ns, roots, last), last)
+		_, err := Run(context.Background(), move)
 		if err == nil {
 			return crashed
 		}
 		if !errors.Is(err, errCrash) {
-			t.Fatalf("move (after step %q): %v", last, err)
+			t.Fatalf("move (attempt %d): %v", attempt+1, err)
 		}
 	}
 	t.Fatal("the resumed move crashed again")
