@@ -218,7 +218,9 @@ func (boundedSizes) EstimateCallCost(string, string, *checker.AstNode, []checker
 //     already: a server-side dry-run apply, as the stage would send it
 //     (the mechanism of DiffPlan), so that schema and admission errors
 //     show before anything changes. Objects whose kind or namespace the
-//     plan creates first cannot be checked yet.
+//     plan creates first cannot be dry-run yet: they are checked against
+//     their schemas instead (checkSchemas), the cluster's or that of a
+//     CRD the plan applies before them.
 //
 // An executor without a client runs CheckPlan alone. The error is for a
 // cluster that could not be asked; retrying may help.
@@ -259,11 +261,23 @@ func (e *Executor) Preflight(ctx context.Context, plan *Plan, owner Owner, opts 
 	}
 	report.Problems = append(report.Problems, servedProblems...)
 
-	nsProblems, checkable, err := e.checkNamespaces(ctx, objects, stageOf, served, bad, opts)
+	nsProblems, checkable, later, err := e.checkNamespaces(ctx, objects, stageOf, served, bad, opts)
 	if err != nil {
 		return report, err
 	}
 	report.Problems = append(report.Problems, nsProblems...)
+
+	if len(later) > 0 {
+		v, err := e.clusterValidator(ctx, later)
+		if err != nil {
+			return report, err
+		}
+		found, err := checkSchemas(ctx, v, objects, later, opts)
+		if err != nil {
+			return report, err
+		}
+		report.Problems = append(report.Problems, found...)
+	}
 
 	opts.keepIn = keepIn(plan)
 	dry, err := e.dryRunAll(ctx, checkable, stageOf, owner, planDefinitions(here), opts)
@@ -301,11 +315,14 @@ const namespaceHint = "add a Namespace object or set `namespace:` in kustomizati
 // checkNamespaces checks that each namespaced object has a namespace that
 // exists, or that a Namespace the plan applies before it creates. It
 // returns the objects a dry run can check now: of a kind the cluster
-// serves in their version, in a namespace that exists (or none).
+// serves in their version, in a namespace that exists (or none); and
+// those it cannot check yet, since an earlier stage creates their
+// namespace or their kind, for the schema check.
 func (e *Executor) checkNamespaces(ctx context.Context, objects []*unstructured.Unstructured, stageOf map[*unstructured.Unstructured]string,
-	served ServedAPIs, bad map[*unstructured.Unstructured]bool, opts PreflightOptions) ([]preflight.Problem, []*unstructured.Unstructured, error) {
+	served ServedAPIs, bad map[*unstructured.Unstructured]bool, opts PreflightOptions) ([]preflight.Problem, []*unstructured.Unstructured, map[*unstructured.Unstructured]bool, error) {
 	var problems []preflight.Problem
 	var checkable []*unstructured.Unstructured
+	later := map[*unstructured.Unstructured]bool{}
 	created := map[string]bool{}     // by a Namespace the plan applied so far
 	createdBy := map[string]string{} // every Namespace of the plan: its stage
 	for _, obj := range objects {
@@ -364,6 +381,8 @@ func (e *Executor) checkNamespaces(ctx context.Context, objects []*unstructured.
 		case !namespaced:
 			if servedNow {
 				checkable = append(checkable, obj)
+			} else {
+				later[obj] = true
 			}
 		case ns == "":
 			problems = append(problems, preflight.Problem{Object: problemRef(obj), Field: "metadata.namespace",
@@ -371,18 +390,22 @@ func (e *Executor) checkNamespaces(ctx context.Context, objects []*unstructured.
 		case created[ns]:
 			// Created first; the server cannot check the object before.
 			if ok, err := existing(ns); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			} else if ok && servedNow {
 				checkable = append(checkable, obj)
+			} else {
+				later[obj] = true
 			}
 		default:
 			ok, err := existing(ns)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			if ok {
 				if servedNow {
 					checkable = append(checkable, obj)
+				} else {
+					later[obj] = true
 				}
 				continue
 			}
@@ -393,7 +416,7 @@ func (e *Executor) checkNamespaces(ctx context.Context, objects []*unstructured.
 			problems = append(problems, preflight.Problem{Object: problemRef(obj), Field: "metadata.namespace", Message: msg + file})
 		}
 	}
-	return problems, checkable, nil
+	return problems, checkable, later, nil
 }
 
 // servesVersion reports whether the cluster serves gvk now.

@@ -234,7 +234,10 @@ func (f *validateFlags) checkOffline(ctx context.Context, spec capstanv1.Cluster
 	}
 	plan, problems := planFor(spec, rendered)
 	problems = append(unsetProblems(rendered), problems...)
-	report, skipped := stages.NewOfflineAPIs(crds).CheckOffline(plan, renderedOptions(rendered))
+	report, skipped, err := stages.NewOfflineAPIs(crds).CheckOffline(ctx, plan, renderedOptions(rendered))
+	if err != nil {
+		return nil, err
+	}
 	return &servedCheck{Offline: what, Objects: len(plan.AppliedObjects()), Skipped: skipped, problems: append(problems, report.Problems...)}, nil
 }
 
