@@ -97,23 +97,31 @@ func (o PreflightOptions) keeps(stage string) bool {
 // fixes every problem. It is stalled.
 type PreflightError struct {
 	Report preflight.Report
-	// Limit, when set, bounds the problems Error quotes, errors first;
-	// a last line counts the rest.
+	// Limit, when set, bounds the causes Error quotes, errors first; a
+	// last line counts the rest.
 	Limit int
 }
 
-// Error is the report's summary and its problems, one a line.
+// Error is the report's summary and its problems, one line per cause
+// (preflight.Group): twenty objects in a namespace nobody creates are one
+// line, not twenty. status.preflight.problems keeps every object.
 func (e *PreflightError) Error() string {
-	problems := append(e.Report.Errors(), e.Report.Warnings()...)
+	groups := preflight.Report{Problems: append(e.Report.Errors(), e.Report.Warnings()...)}.Groups()
 	more := 0
-	if e.Limit > 0 && len(problems) > e.Limit {
-		problems, more = problems[:e.Limit], len(problems)-e.Limit
+	if e.Limit > 0 && len(groups) > e.Limit {
+		for _, g := range groups[e.Limit:] {
+			more += len(g.Problems)
+		}
+		groups = groups[:e.Limit]
 	}
-	text := strings.TrimSuffix(preflight.Report{Problems: problems}.Lines(), "\n")
+	lines := make([]string, 0, len(groups)+1)
+	for _, g := range groups {
+		lines = append(lines, g.Line(0))
+	}
 	if more > 0 {
-		text += fmt.Sprintf("\n... and %d more in status.preflight.problems", more)
+		lines = append(lines, fmt.Sprintf("... and %d more in status.preflight.problems", more))
 	}
-	return fmt.Sprintf("preflight found %s; nothing was applied:\n%s", e.Report.Summary(), text)
+	return fmt.Sprintf("preflight found %s; nothing was applied:\n%s", e.Report.Summary(), strings.Join(lines, "\n"))
 }
 
 // Failure gives e its reason and policy: stalled, reason PreflightFailed.

@@ -322,7 +322,7 @@ func printReport(w io.Writer, report validateReport, objects int, format string)
 		return err
 	}
 	served := preflight.Report{Problems: report.Served.problems}
-	if _, err := io.WriteString(w, served.Lines()); err != nil {
+	if _, err := io.WriteString(w, served.GroupedLines(outputWidth(w, 0))); err != nil {
 		return err
 	}
 	summary := served.Summary()

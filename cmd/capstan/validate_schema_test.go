@@ -51,3 +51,35 @@ func TestValidateOfflineSchema(t *testing.T) {
 		t.Errorf("-o json has %d errors, want 7:\n%s", len(report.Errors()), out)
 	}
 }
+
+// Problems of one cause are one line, with the objects counted and as
+// many named as the width allows; -o json keeps every object.
+func TestValidateGroupsProblemsByCause(t *testing.T) {
+	for _, tc := range []struct {
+		columns string
+		line    string
+	}{
+		{"80", "ERROR 4 objects (ConfigMap orion/host-0 and 3 more): datas: schema check: the schema of v1 ConfigMap declares no such field; check its spelling and the apiVersion (in grouped/hosts.yaml and 1 more file)"},
+		{"200", "ERROR 4 objects (ConfigMap orion/host-0, ConfigMap orion/host-1 and 2 more): datas: schema check: the schema of v1 ConfigMap declares no such field; check its spelling and the apiVersion (in grouped/hosts.yaml, network.yaml)"},
+	} {
+		t.Run(tc.columns, func(t *testing.T) {
+			t.Setenv("COLUMNS", tc.columns)
+			out, err := runCLI(t, validateArgs("grouped")...)
+			if err == nil || !strings.Contains(err.Error(), "preflight found 4 errors, 0 warnings") {
+				t.Errorf("error = %v, want 4 errors", err)
+			}
+			got := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+			if len(got) != 3 || got[1] != tc.line {
+				t.Errorf("output:\n%s\nwant its second line (of 3):\n%s", out, tc.line)
+			}
+		})
+	}
+	out, _ := runCLI(t, validateArgs("-o", "json", "grouped")...)
+	var report preflight.Report
+	if err := json.Unmarshal([]byte(out), &report); err != nil {
+		t.Fatalf("-o json does not parse: %v\n%s", err, out)
+	}
+	if len(report.Problems) != 4 {
+		t.Errorf("-o json has %d problems, want one per object (4):\n%s", len(report.Problems), out)
+	}
+}
