@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -130,4 +131,50 @@ func TestSchemaCheckWhereNoDryRunGoes(t *testing.T) {
 	waitDeployment(t, c, ns, "orion", "Ready at the fixed revision", func(cd *capstanv1.ClusterDeployment) bool {
 		return cd.Status.Revision == "main@sha1:"+rev && isReady(cd)
 	})
+}
+
+// Six objects in a namespace nothing creates are one cause: the Ready
+// message (what `capstan dev` and `capstan status` show) says it once,
+// counting them, while status.preflight.problems keeps every object.
+func TestPreflightGroupsProblemsByCause(t *testing.T) {
+	c := newClient(t)
+	startDaemon(t, nil)
+	ns := newNamespace(t)
+	url, err := gitSrv.CreateRepo(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := ""
+	for i := range 6 {
+		hosts += fmt.Sprintf("---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: host-%d\n  namespace: ${NS}-orion\n  labels: {capstan.dev/stage: HostsRegistered}\ndata: {a: b}\n", i)
+	}
+	rev, err := gitSrv.Commit(ns, gitserver.DefaultBranch, map[string]string{
+		"clusters/orion/kustomization.yaml": "resources: [hosts.yaml]\n",
+		"clusters/orion/hosts.yaml":         hosts,
+	}, "no namespace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	createDeployment(t, c, ns, "orion", capstanv1.ClusterDeploymentSpec{
+		Source: &capstanv1.SourceSpec{Git: &capstanv1.GitSource{
+			URL: url, Ref: capstanv1.GitRef{Branch: "main"},
+			SecretRef: &capstanv1.LocalObjectReference{Name: gitSecret(t, c, ns)},
+		}},
+		Path:       "clusters/orion",
+		Substitute: map[string]string{"NS": ns},
+		Interval:   &metav1.Duration{Duration: 500 * time.Millisecond},
+		Stages:     []capstanv1.StageSpec{{Name: "HostsRegistered"}},
+	})
+	cd := waitDeployment(t, c, ns, "orion", "Stalled by preflight", func(cd *capstanv1.ClusterDeployment) bool {
+		stalled := condition(cd, capstanv1.ConditionStalled)
+		return cd.Status.Revision == "main@sha1:"+rev && stalled != nil && stalled.Status == metav1.ConditionTrue
+	})
+	msg := condition(cd, capstanv1.ConditionReady).Message
+	want := "ERROR 6 objects (ConfigMap " + ns + "-orion/host-0, ConfigMap " + ns + "-orion/host-1, ConfigMap " + ns + "-orion/host-2 and 3 more): metadata.namespace: namespace " + ns + "-orion does not exist"
+	if !strings.Contains(msg, want) || strings.Count(msg, "does not exist") != 1 {
+		t.Errorf("Ready message does not say the cause once, as %q:\n%s", want, msg)
+	}
+	if p := cd.Status.Preflight; p == nil || p.Errors != 6 || len(p.Problems) != 6 {
+		t.Errorf("status.preflight = %+v, want the 6 objects' errors", p)
+	}
 }
