@@ -2,6 +2,7 @@ package schema
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
@@ -124,7 +126,10 @@ func newCRDVersion(in *apiextensionsv1.JSONSchemaProps) (*crdVersion, error) {
 // asked to create with strict field validation: unknown fields (what
 // pruning would drop), then the schema and the CEL rules on what is left.
 func (cv *crdVersion) validate(ctx context.Context, obj *unstructured.Unstructured) []Problem {
-	content := runtime.DeepCopyJSON(obj.Object)
+	content, err := asServerDecodes(obj.Object)
+	if err != nil {
+		return []Problem{{Message: err.Error()}}
+	}
 	var problems, typedFound []Problem
 	if cv.typed != nil {
 		typedFound = typedProblems(cv.typed, obj)
@@ -155,7 +160,7 @@ func fieldProblem(e *field.Error) Problem {
 	if e.Detail != "" {
 		msg = strings.TrimPrefix(e.Detail, e.Field+" in body ")
 		if e.Type != field.ErrorTypeInvalid && e.Type != field.ErrorTypeTypeInvalid {
-			msg = e.Type.String() + ": " + msg
+			msg = e.ErrorBody() // names the value: Unsupported value: "quick": supported values: ...
 		}
 	}
 	return Problem{Field: path, Message: msg}
@@ -173,4 +178,20 @@ func unique(problems []Problem) []Problem {
 		}
 	}
 	return out
+}
+
+// asServerDecodes copies an object as the API server decodes its JSON:
+// whole numbers as int64. YAML decoded through JSON holds float64s, on
+// which a CEL rule comparing integers fails with a type error the server
+// would not raise.
+func asServerDecodes(obj map[string]any) (map[string]any, error) {
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]any
+	if err := utiljson.Unmarshal(data, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
