@@ -68,6 +68,7 @@ func (o OfflineAPIs) CheckOffline(ctx context.Context, plan *Plan, opts Prefligh
 	}
 	served := checkServed(known, o.served, opts.fileOf)
 	report.Problems = append(report.Problems, served...)
+	report.Problems = append(report.Problems, checkReadVersions(plan, objects, o.served)...)
 	refused := map[string]bool{}
 	for _, p := range served {
 		if !p.Warning {

@@ -140,6 +140,14 @@ spec: {teeth: 2, teath: 2}`,
 			"ERROR Cog NS/small: spec.teeth: schema check: does not fit the schema of NS.test.capstan.dev/v1 Cog: should be greater than or equal to 3",
 		},
 	}, {
+		name: "a readiness check that reads its kind in a version the cluster does not serve",
+		stages: []capstanv1.StageSpec{{Name: "Objects", Select: capstanv1.Selector{Kinds: []string{"*"}}, ReadyWhen: []capstanv1.ReadinessCheck{{
+			Kind: "served.test.capstan.dev/Gizmo", APIVersion: "served.test.capstan.dev/v1alpha1", CEL: "true"}}}},
+		source: `apiVersion: served.test.capstan.dev/v1beta2
+kind: Gizmo
+metadata: {name: current, namespace: NS}`,
+		want: []string{"ERROR stage Objects: readyWhen[0].apiVersion: reads Gizmo in served.test.capstan.dev/v1alpha1, which the cluster does not serve (Gizmo is served as served.test.capstan.dev/v1beta2, v1beta1)"},
+	}, {
 		name: "a field the schema does not declare",
 		source: `apiVersion: apps/v1
 kind: Deployment
