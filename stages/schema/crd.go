@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -12,7 +13,6 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
 	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
-	"k8s.io/apiextensions-apiserver/pkg/controller/openapi/builder"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/kube-openapi/pkg/spec3"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 )
 
@@ -80,26 +81,98 @@ func (v *Validator) AddCRD(obj *unstructured.Unstructured) error {
 }
 
 // typeConverter builds the parser server-side apply uses for the CRD's
-// objects, as the API server's CRD handler does: from the OpenAPI v3
-// document of each version.
+// objects, from the same schemas the API server's CRD handler publishes:
+// each served version's structural schema, unfolded, with metadata the
+// standard ObjectMeta (taken from the embedded Kubernetes documents) and
+// apiVersion and kind strings. The handler's own builder
+// (controller/openapi/builder) would do the same but links most of an API
+// server into the binary.
 func typeConverter(crd *apiextensionsv1.CustomResourceDefinition) (managedfields.TypeConverter, error) {
+	meta, err := metaSchemas()
+	if err != nil {
+		return nil, err
+	}
 	schemas := map[string]*spec.Schema{}
+	for name, s := range meta {
+		schemas[name] = s
+	}
 	for _, ver := range crd.Spec.Versions {
-		if !ver.Served {
+		if !ver.Served || ver.Schema == nil || ver.Schema.OpenAPIV3Schema == nil {
 			continue
 		}
-		doc, err := builder.BuildOpenAPIV3(crd, ver.Name, builder.Options{})
+		var props apiextensions.JSONSchemaProps
+		if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(ver.Schema.OpenAPIV3Schema, &props, nil); err != nil {
+			return nil, err
+		}
+		structural, err := structuralschema.NewStructural(&props)
 		if err != nil {
 			return nil, err
 		}
-		if doc.Components != nil {
-			for name, s := range doc.Components.Schemas {
-				schemas[name] = s
-			}
-		}
+		root := structural.Unfold().ToKubeOpenAPI()
+		kubeNative(root)
+		root.AddExtension("x-kubernetes-group-version-kind", []any{map[string]any{
+			"group": crd.Spec.Group, "version": ver.Name, "kind": crd.Spec.Names.Kind}})
+		schemas[fmt.Sprintf("capstan.crd.%s.%s.%s", crd.Spec.Group, ver.Name, crd.Spec.Names.Kind)] = root
 	}
 	return managedfields.NewTypeConverter(schemas, false)
 }
+
+// objectMetaRef names ObjectMeta in the embedded documents.
+const objectMetaRef = "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+
+// kubeNative gives a resource's schema (and those of the resources it
+// embeds, x-kubernetes-embedded-resource) the standard metadata and type
+// fields, as the API server publishes them.
+func kubeNative(s *spec.Schema) {
+	s.SetProperty("metadata", *spec.RefSchema(objectMetaRef))
+	s.SetProperty("apiVersion", *spec.StringProperty())
+	s.SetProperty("kind", *spec.StringProperty())
+	var walk func(*spec.Schema)
+	walk = func(s *spec.Schema) {
+		if s == nil {
+			return
+		}
+		for k, v := range s.Properties {
+			walk(&v)
+			s.Properties[k] = v
+		}
+		if s.Items != nil {
+			walk(s.Items.Schema)
+		}
+		if s.AdditionalProperties != nil {
+			walk(s.AdditionalProperties.Schema)
+		}
+		if embedded, _ := s.Extensions.GetBool("x-kubernetes-embedded-resource"); embedded {
+			s.SetProperty("metadata", *spec.RefSchema(objectMetaRef))
+			s.SetProperty("apiVersion", *spec.StringProperty())
+			s.SetProperty("kind", *spec.StringProperty())
+		}
+	}
+	for k, v := range s.Properties {
+		walk(&v)
+		s.Properties[k] = v
+	}
+}
+
+// metaSchemas are the schemas of ObjectMeta and the types it refers to,
+// from the embedded core/v1 document.
+var metaSchemas = sync.OnceValues(func() (map[string]*spec.Schema, error) {
+	data, err := Kubernetes().Document(context.Background(), k8sschema.GroupVersion{Version: "v1"})
+	if err != nil || data == nil {
+		return nil, fmt.Errorf("read ObjectMeta's schema from the embedded core/v1 document: %w", err)
+	}
+	var doc spec3.OpenAPI
+	if err := doc.UnmarshalJSON(data); err != nil {
+		return nil, err
+	}
+	out := map[string]*spec.Schema{}
+	for name, s := range doc.Components.Schemas {
+		if strings.HasPrefix(name, "io.k8s.apimachinery.") {
+			out[name] = s
+		}
+	}
+	return out, nil
+})
 
 func newCRDVersion(in *apiextensionsv1.JSONSchemaProps) (*crdVersion, error) {
 	var props apiextensions.JSONSchemaProps
