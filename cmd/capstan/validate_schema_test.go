@@ -83,3 +83,17 @@ func TestValidateGroupsProblemsByCause(t *testing.T) {
 		t.Errorf("-o json has %d problems, want one per object (4):\n%s", len(report.Problems), out)
 	}
 }
+
+// Against a cluster, an object in a namespace the overlay creates cannot
+// be dry-run: it is checked against the schema the cluster serves.
+func TestValidateOnlineSchemaWhereNoDryRunGoes(t *testing.T) {
+	kubeconfig := startGizmoCluster(t)
+	out, err := runCLI(t, validateArgs("--kubeconfig", kubeconfig, "newns")...)
+	if err == nil || !strings.Contains(err.Error(), "preflight found 1 error, 0 warnings") {
+		t.Errorf("error = %v, want 1 error", err)
+	}
+	want := "ERROR ConfigMap validate-newns/settings: datas: schema check: the schema of v1 ConfigMap declares no such field; check its spelling and the apiVersion (in newns/objects.yaml)"
+	if !strings.Contains(out, want+"\n") {
+		t.Errorf("output lacks %q:\n%s", want, out)
+	}
+}
