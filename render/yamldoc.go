@@ -62,7 +62,7 @@ func decodeDocuments(data []byte) ([]document, error) {
 			return docs, nil
 		}
 		if err != nil {
-			return docs, fmt.Errorf("document %d: %w", index, err)
+			return docs, fmt.Errorf("document %d: %w", index, substitutionHint(data, err))
 		}
 		v, err := c.value(&n, 0)
 		if err != nil {

@@ -269,7 +269,9 @@ func (e *Executor) readyAsApplied(stage *Stage, applied Result) (Result, bool) {
 		return Result{}, false
 	}
 	for _, obj := range applied.observed {
-		if obj == nil || !checker.Evaluate(obj).Ready {
+		// An object applied in another version than its checks read is
+		// left to the wait, which reads it in theirs.
+		if obj == nil || checker.ReadAs(obj.GroupVersionKind()) != obj.GroupVersionKind() || !checker.Evaluate(obj).Ready {
 			return Result{}, false
 		}
 	}

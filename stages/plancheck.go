@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/cel-go/checker"
@@ -19,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
-	"github.com/capstan-dev/capstan/failure"
 	"github.com/capstan-dev/capstan/stages/preflight"
 )
 
@@ -90,41 +88,6 @@ func keepIn(plan *Plan) map[string]bool {
 // keeps reports whether the dry-run answers of stage are kept.
 func (o PreflightOptions) keeps(stage string) bool {
 	return o.Keep != nil && o.keepIn[stage]
-}
-
-// PreflightError is a preflight report that holds at least one error:
-// nothing of the revision may be applied until a new revision or spec
-// fixes every problem. It is stalled.
-type PreflightError struct {
-	Report preflight.Report
-	// Limit, when set, bounds the problems Error quotes, errors first;
-	// a last line counts the rest.
-	Limit int
-}
-
-// Error is the report's summary and its problems, one a line.
-func (e *PreflightError) Error() string {
-	problems := append(e.Report.Errors(), e.Report.Warnings()...)
-	more := 0
-	if e.Limit > 0 && len(problems) > e.Limit {
-		problems, more = problems[:e.Limit], len(problems)-e.Limit
-	}
-	text := strings.TrimSuffix(preflight.Report{Problems: problems}.Lines(), "\n")
-	if more > 0 {
-		text += fmt.Sprintf("\n... and %d more in status.preflight.problems", more)
-	}
-	return fmt.Sprintf("preflight found %s; nothing was applied:\n%s", e.Report.Summary(), text)
-}
-
-// Failure gives e its reason and policy: stalled, reason PreflightFailed.
-func (e *PreflightError) Failure() *failure.Error {
-	return &failure.Error{Reason: PreflightReason, Policy: failure.PolicyStalled, Err: e}
-}
-
-// IsPreflightFailed reports whether err is, or wraps, a PreflightError.
-func IsPreflightFailed(err error) bool {
-	var p *PreflightError
-	return errors.As(err, &p)
 }
 
 // CheckPlan is the judgement of the preflight checks that need no
@@ -218,7 +181,9 @@ func (boundedSizes) EstimateCallCost(string, string, *checker.AstNode, []checker
 //     already: a server-side dry-run apply, as the stage would send it
 //     (the mechanism of DiffPlan), so that schema and admission errors
 //     show before anything changes. Objects whose kind or namespace the
-//     plan creates first cannot be checked yet.
+//     plan creates first cannot be dry-run yet: they are checked against
+//     their schemas instead (checkSchemas), the cluster's or that of a
+//     CRD the plan applies before them.
 //
 // An executor without a client runs CheckPlan alone. The error is for a
 // cluster that could not be asked; retrying may help.
@@ -258,12 +223,25 @@ func (e *Executor) Preflight(ctx context.Context, plan *Plan, owner Owner, opts 
 		}
 	}
 	report.Problems = append(report.Problems, servedProblems...)
+	report.Problems = append(report.Problems, checkReadVersions(here, objects, served)...)
 
-	nsProblems, checkable, err := e.checkNamespaces(ctx, objects, stageOf, served, bad, opts)
+	nsProblems, checkable, later, err := e.checkNamespaces(ctx, objects, stageOf, served, bad, opts)
 	if err != nil {
 		return report, err
 	}
 	report.Problems = append(report.Problems, nsProblems...)
+
+	if len(later) > 0 {
+		v, err := e.clusterValidator(ctx, later)
+		if err != nil {
+			return report, err
+		}
+		found, err := checkSchemas(ctx, v, objects, later, opts)
+		if err != nil {
+			return report, err
+		}
+		report.Problems = append(report.Problems, found...)
+	}
 
 	opts.keepIn = keepIn(plan)
 	dry, err := e.dryRunAll(ctx, checkable, stageOf, owner, planDefinitions(here), opts)
@@ -301,11 +279,14 @@ const namespaceHint = "add a Namespace object or set `namespace:` in kustomizati
 // checkNamespaces checks that each namespaced object has a namespace that
 // exists, or that a Namespace the plan applies before it creates. It
 // returns the objects a dry run can check now: of a kind the cluster
-// serves in their version, in a namespace that exists (or none).
+// serves in their version, in a namespace that exists (or none); and
+// those it cannot check yet, since an earlier stage creates their
+// namespace or their kind, for the schema check.
 func (e *Executor) checkNamespaces(ctx context.Context, objects []*unstructured.Unstructured, stageOf map[*unstructured.Unstructured]string,
-	served ServedAPIs, bad map[*unstructured.Unstructured]bool, opts PreflightOptions) ([]preflight.Problem, []*unstructured.Unstructured, error) {
+	served ServedAPIs, bad map[*unstructured.Unstructured]bool, opts PreflightOptions) ([]preflight.Problem, []*unstructured.Unstructured, map[*unstructured.Unstructured]bool, error) {
 	var problems []preflight.Problem
 	var checkable []*unstructured.Unstructured
+	later := map[*unstructured.Unstructured]bool{}
 	created := map[string]bool{}     // by a Namespace the plan applied so far
 	createdBy := map[string]string{} // every Namespace of the plan: its stage
 	for _, obj := range objects {
@@ -364,6 +345,8 @@ func (e *Executor) checkNamespaces(ctx context.Context, objects []*unstructured.
 		case !namespaced:
 			if servedNow {
 				checkable = append(checkable, obj)
+			} else {
+				later[obj] = true
 			}
 		case ns == "":
 			problems = append(problems, preflight.Problem{Object: problemRef(obj), Field: "metadata.namespace",
@@ -371,18 +354,22 @@ func (e *Executor) checkNamespaces(ctx context.Context, objects []*unstructured.
 		case created[ns]:
 			// Created first; the server cannot check the object before.
 			if ok, err := existing(ns); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			} else if ok && servedNow {
 				checkable = append(checkable, obj)
+			} else {
+				later[obj] = true
 			}
 		default:
 			ok, err := existing(ns)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			if ok {
 				if servedNow {
 					checkable = append(checkable, obj)
+				} else {
+					later[obj] = true
 				}
 				continue
 			}
@@ -393,7 +380,7 @@ func (e *Executor) checkNamespaces(ctx context.Context, objects []*unstructured.
 			problems = append(problems, preflight.Problem{Object: problemRef(obj), Field: "metadata.namespace", Message: msg + file})
 		}
 	}
-	return problems, checkable, nil
+	return problems, checkable, later, nil
 }
 
 // servesVersion reports whether the cluster serves gvk now.

@@ -1,11 +1,14 @@
 package stages
 
 import (
+	"context"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/capstan-dev/capstan/stages/preflight"
+	objectschema "github.com/capstan-dev/capstan/stages/schema"
 )
 
 // OfflineAPIs is what a cluster would serve that runs Kubernetes' built-in
@@ -14,6 +17,7 @@ import (
 type OfflineAPIs struct {
 	served ServedAPIs
 	groups map[string]bool
+	crds   []*unstructured.Unstructured
 }
 
 // NewOfflineAPIs reads the kinds and versions crds define, beside the
@@ -34,17 +38,23 @@ func NewOfflineAPIs(crds []*unstructured.Unstructured) OfflineAPIs {
 		if gk, versions, ok := crdServes(crd); ok {
 			o.served.Kinds[gk] = versions
 			o.groups[gk.Group] = true
+			o.crds = append(o.crds, crd)
 		}
 	}
 	return o
 }
 
 // CheckOffline runs the preflight checks that need no cluster over a
-// plan: CheckPlan, and CheckServed against the offline APIs for the
-// objects of groups they know. An object of a group neither Kubernetes
-// nor the CRDs define is not judged (it may be a provider's the CRDs do
-// not cover); skipped counts those.
-func (o OfflineAPIs) CheckOffline(plan *Plan, opts PreflightOptions) (report preflight.Report, skipped int) {
+// plan: CheckPlan, CheckServed against the offline APIs for the objects
+// of groups they know, and the schema check of each object of a served
+// kind and version against its CRD's schema (a CRD the plan applies
+// replaces one given to NewOfflineAPIs from that object on) or, for a
+// built-in kind, Kubernetes' OpenAPI document of the pinned version
+// (schema.Kubernetes). An object of a group neither Kubernetes nor the
+// CRDs define is not judged (it may be a provider's the CRDs do not
+// cover); skipped counts those. The error is the embedded documents not
+// reading, a bug.
+func (o OfflineAPIs) CheckOffline(ctx context.Context, plan *Plan, opts PreflightOptions) (report preflight.Report, skipped int, err error) {
 	report.Problems = CheckPlan(plan)
 	objects, _ := appliedWithStage(plan)
 	var known []*unstructured.Unstructured
@@ -56,8 +66,28 @@ func (o OfflineAPIs) CheckOffline(plan *Plan, opts PreflightOptions) (report pre
 			skipped++
 		}
 	}
-	report.Problems = append(report.Problems, checkServed(known, o.served, opts.fileOf)...)
-	return report, skipped
+	served := checkServed(known, o.served, opts.fileOf)
+	report.Problems = append(report.Problems, served...)
+	report.Problems = append(report.Problems, checkReadVersions(plan, objects, o.served)...)
+	refused := map[string]bool{}
+	for _, p := range served {
+		if !p.Warning {
+			refused[p.Object] = true
+		}
+	}
+	check := map[*unstructured.Unstructured]bool{}
+	for _, obj := range known {
+		check[obj] = !refused[problemRef(obj)]
+	}
+	v := objectschema.New(objectschema.Kubernetes())
+	for _, crd := range o.crds {
+		// One the API server would refuse cannot be installed: its kinds
+		// are not checked.
+		_ = v.AddCRD(crd)
+	}
+	found, err := checkSchemas(ctx, v, objects, check, opts)
+	report.Problems = append(report.Problems, found...)
+	return report, skipped, err
 }
 
 // planDefinesGroup reports whether a CRD among objects defines a kind of

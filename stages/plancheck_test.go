@@ -99,6 +99,55 @@ apiVersion: NS.test.capstan.dev/v1
 kind: Sprocket
 metadata: {name: first, namespace: NS-crd}`,
 	}, {
+		name: "an object in a namespace the plan creates is checked against its schema, not dry-run",
+		source: `apiVersion: v1
+kind: Namespace
+metadata: {name: NS-fresh}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: typo, namespace: NS-fresh}
+datas: {a: b}`,
+		want: []string{"ERROR ConfigMap NS-fresh/typo: datas: schema check: the schema of v1 ConfigMap declares no such field; check its spelling and the apiVersion"},
+	}, {
+		name: "an object of a kind the plan's CRD defines is checked against that CRD's schema",
+		source: `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: cogs.NS.test.capstan.dev}
+spec:
+  group: NS.test.capstan.dev
+  names: {kind: Cog, plural: cogs, singular: cog, listKind: CogList}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+              properties:
+                teeth: {type: integer, minimum: 3}
+---
+apiVersion: NS.test.capstan.dev/v1
+kind: Cog
+metadata: {name: small, namespace: NS}
+spec: {teeth: 2, teath: 2}`,
+		want: []string{
+			"ERROR Cog NS/small: spec.teath: schema check: the schema of NS.test.capstan.dev/v1 Cog declares no such field",
+			"ERROR Cog NS/small: spec.teeth: schema check: does not fit the schema of NS.test.capstan.dev/v1 Cog: should be greater than or equal to 3",
+		},
+	}, {
+		name: "a readiness check that reads its kind in a version the cluster does not serve",
+		stages: []capstanv1.StageSpec{{Name: "Objects", Select: capstanv1.Selector{Kinds: []string{"*"}}, ReadyWhen: []capstanv1.ReadinessCheck{{
+			Kind: "served.test.capstan.dev/Gizmo", APIVersion: "served.test.capstan.dev/v1alpha1", CEL: "true"}}}},
+		source: `apiVersion: served.test.capstan.dev/v1beta2
+kind: Gizmo
+metadata: {name: current, namespace: NS}`,
+		want: []string{"ERROR stage Objects: readyWhen[0].apiVersion: reads Gizmo in served.test.capstan.dev/v1alpha1, which the cluster does not serve (Gizmo is served as served.test.capstan.dev/v1beta2, v1beta1)"},
+	}, {
 		name: "a field the schema does not declare",
 		source: `apiVersion: apps/v1
 kind: Deployment

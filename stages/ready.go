@@ -3,6 +3,7 @@ package stages
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
@@ -11,6 +12,7 @@ import (
 	"github.com/google/cel-go/ext"
 	"github.com/google/cel-go/interpreter"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/failure"
@@ -41,6 +43,18 @@ type Verdict struct {
 // nothing but the object it is given.
 type Checker struct {
 	checks []compiledCheck
+	// readAs is, by group and kind, the version the checks of that kind
+	// are written for (ReadinessCheck.APIVersion).
+	readAs map[schema.GroupKind]string
+}
+
+// ReadAs is the group, version and kind the checks read an object of gvk
+// in: the version a check of its kind names, else gvk itself.
+func (c *Checker) ReadAs(gvk schema.GroupVersionKind) schema.GroupVersionKind {
+	if v, ok := c.readAs[gvk.GroupKind()]; ok {
+		gvk.Version = v
+	}
+	return gvk
 }
 
 type compiledCheck struct {
@@ -88,6 +102,10 @@ func NewChecker(checks []capstanv1.ReadinessCheck) (*Checker, error) {
 			errs = append(errs, fmt.Errorf("readyWhen[%d].cel: %w", i, err))
 			continue
 		}
+		if err := c.readIn(check); err != nil {
+			errs = append(errs, fmt.Errorf("readyWhen[%d].apiVersion: %w", i, err))
+			continue
+		}
 		cc := compiledCheck{kind: check.Kind, expr: check.CEL, message: check.Message, program: prg}
 		if check.MessageExpression != "" {
 			ast, iss := env.Compile(check.MessageExpression)
@@ -112,7 +130,32 @@ func NewChecker(checks []capstanv1.ReadinessCheck) (*Checker, error) {
 	return c, nil
 }
 
-// Evaluate judges one live object. Objects that no CEL check applies to are
+// readIn records the version check reads its kind in, if it names one.
+func (c *Checker) readIn(check capstanv1.ReadinessCheck) error {
+	if check.APIVersion == "" {
+		return nil
+	}
+	gv, err := schema.ParseGroupVersion(check.APIVersion)
+	if err != nil || gv.Version == "" {
+		return fmt.Errorf("%q is not a group/version", check.APIVersion)
+	}
+	group, kind, ok := strings.Cut(check.Kind, "/")
+	if !ok || group != gv.Group || kind == "" || kind == "*" {
+		return fmt.Errorf("%s needs kind: %s/<Kind>, the kind it reads in that version", check.APIVersion, gv.Group)
+	}
+	gk := schema.GroupKind{Group: group, Kind: kind}
+	if c.readAs == nil {
+		c.readAs = map[schema.GroupKind]string{}
+	}
+	if v, ok := c.readAs[gk]; ok && v != gv.Version {
+		return fmt.Errorf("%s: another check reads %s in %s/%s; a stage reads a kind in one version", check.APIVersion, kind, group, v)
+	}
+	c.readAs[gk] = gv.Version
+	return nil
+}
+
+// Evaluate judges one live object, in the version its kind's checks
+// read it in (ReadAs; an object in another version is not ready). Objects that no CEL check applies to are
 // ready when kstatus computes Current. An expression that fails on the
 // object (a field not there yet) means not ready, not an error: a status
 // field appears only once a controller has written it.
@@ -121,6 +164,12 @@ func NewChecker(checks []capstanv1.ReadinessCheck) (*Checker, error) {
 // so no message, can read a Secret's values.
 func (c *Checker) Evaluate(obj *unstructured.Unstructured) Verdict {
 	obj = withoutSecretData(obj)
+	if gvk := obj.GroupVersionKind(); c.ReadAs(gvk) != gvk {
+		// The wait reads it in that version; an object handed over in
+		// another one is not judged, whatever its fields say there.
+		return Verdict{Message: fmt.Sprintf("the checks read %s in %s, not %s; read it in that version",
+			gvk.Kind, c.ReadAs(gvk).GroupVersion(), gvk.GroupVersion())}
+	}
 	applied := false
 	for _, check := range c.checks {
 		if check.kind != "" && !KindMatches(check.kind, obj) {

@@ -55,7 +55,9 @@ func (e *Executor) waitUntilReady(ctx context.Context, objects []*unstructured.U
 	pending := make(map[objectKey]string, len(objects))
 	groups := map[groupKey]map[string]bool{}
 	for _, obj := range objects {
-		k := objectKey{gvk: obj.GroupVersionKind(), namespace: obj.GetNamespace(), name: obj.GetName()}
+		// Read in the version the checks are written for: the API server
+		// converts from the version the object was applied in.
+		k := objectKey{gvk: checker.ReadAs(obj.GroupVersionKind()), namespace: obj.GetNamespace(), name: obj.GetName()}
 		pending[k] = "not found"
 		g := groupKey{gvk: k.gvk, namespace: k.namespace}
 		if groups[g] == nil {

@@ -696,6 +696,16 @@ type ReadinessCheck struct {
 	// +optional
 	Kind string `json:"kind,omitempty"`
 
+	// APIVersion is the group/version the check reads its objects in,
+	// like `cluster.x-k8s.io/v1beta2`: the wait asks the API server for
+	// each object in that version, and the server converts it (through the
+	// provider's conversion webhook) from whichever served version the
+	// overlay is written in. It needs Kind, in the same group. Empty: the
+	// version the object is written in.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	APIVersion string `json:"apiVersion,omitempty"`
+
 	// Message explains what is being waited for, shown while the check is false.
 	// +optional
 	Message string `json:"message,omitempty"`

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -217,7 +218,12 @@ func (f *validateFlags) checkServed(ctx context.Context, spec capstanv1.ClusterD
 	}
 	plan, problems := planFor(spec, rendered)
 	problems = append(unsetProblems(rendered), problems...)
-	report, err := stages.NewExecutor(c).Preflight(ctx, plan, validateOwner, renderedOptions(rendered))
+	// Discovery gives the schema check the cluster's own OpenAPI documents.
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", cfg.Host, err)
+	}
+	report, err := stages.NewExecutor(c, stages.WithHomeDiscovery(disco)).Preflight(ctx, plan, validateOwner, renderedOptions(rendered))
 	if err != nil {
 		return nil, fmt.Errorf("preflight against %s: %w", cfg.Host, err)
 	}
@@ -234,7 +240,10 @@ func (f *validateFlags) checkOffline(ctx context.Context, spec capstanv1.Cluster
 	}
 	plan, problems := planFor(spec, rendered)
 	problems = append(unsetProblems(rendered), problems...)
-	report, skipped := stages.NewOfflineAPIs(crds).CheckOffline(plan, renderedOptions(rendered))
+	report, skipped, err := stages.NewOfflineAPIs(crds).CheckOffline(ctx, plan, renderedOptions(rendered))
+	if err != nil {
+		return nil, err
+	}
 	return &servedCheck{Offline: what, Objects: len(plan.AppliedObjects()), Skipped: skipped, problems: append(problems, report.Problems...)}, nil
 }
 
@@ -319,7 +328,7 @@ func printReport(w io.Writer, report validateReport, objects int, format string)
 		return err
 	}
 	served := preflight.Report{Problems: report.Served.problems}
-	if _, err := io.WriteString(w, served.Lines()); err != nil {
+	if _, err := io.WriteString(w, served.GroupedLines(outputWidth(w, 0))); err != nil {
 		return err
 	}
 	summary := served.Summary()

@@ -261,10 +261,37 @@ func writeProblems(b *strings.Builder, problems []stages.ObjectDiff) {
 	}
 	b.WriteString("**Problems** (the stage of each stops there; nothing of that stage is applied):\n\n")
 	var lines []string
-	for _, o := range problems {
-		where := o.Ref
-		if o.File != "" {
-			where = o.File + ": " + where
+	for _, g := range groupProblems(problems) {
+		o := g[0]
+		if len(g) == 1 {
+			where := o.Ref
+			if o.File != "" {
+				where = o.File + ": " + where
+			}
+			if o.Field != "" {
+				where += ": " + o.Field
+			}
+			lines = append(lines, fmt.Sprintf("%s: %s: %s", where, o.Action, o.Error))
+			continue
+		}
+		// One line per cause: a namespace nobody creates is one line,
+		// not one per object in it (preflight.Group does the same).
+		var names, files []string
+		for i, p := range g {
+			if i < 3 {
+				names = append(names, p.Ref)
+			}
+			if p.File != "" && !slices.Contains(files, p.File) {
+				files = append(files, p.File)
+			}
+		}
+		where := fmt.Sprintf("%d objects (%s", len(g), strings.Join(names, ", "))
+		if more := len(g) - len(names); more > 0 {
+			where += fmt.Sprintf(" and %d more", more)
+		}
+		where += ")"
+		if len(files) > 0 {
+			where += " in " + strings.Join(files, ", ")
 		}
 		if o.Field != "" {
 			where += ": " + o.Field
@@ -272,6 +299,25 @@ func writeProblems(b *strings.Builder, problems []stages.ObjectDiff) {
 		lines = append(lines, fmt.Sprintf("%s: %s: %s", where, o.Action, o.Error))
 	}
 	writeBlock(b, "text", lines)
+}
+
+// groupProblems groups problems of one cause (the same action, field and
+// error), in the order each cause first appears.
+func groupProblems(problems []stages.ObjectDiff) [][]stages.ObjectDiff {
+	type key struct{ action, field, err string }
+	index := map[key]int{}
+	var groups [][]stages.ObjectDiff
+	for _, o := range problems {
+		k := key{string(o.Action), o.Field, o.Error}
+		i, ok := index[k]
+		if !ok {
+			i = len(groups)
+			index[k] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], o)
+	}
+	return groups
 }
 
 func writeRollouts(b *strings.Builder, rollouts []stages.RolloutDiff) {
