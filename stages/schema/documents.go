@@ -17,7 +17,7 @@ import (
 // kubernetesOpenAPI holds the OpenAPI v3 documents of Kubernetes'
 // built-in groups as the pinned kube-apiserver serves them (about 600 KB
 // gzipped, 22 group versions); `go generate` writes it
-// (internal/genopenapi).
+// (internal/genopenapi, run by go generate ./stages/schema).
 //
 //go:embed kubernetes-openapi.json.gz
 var kubernetesOpenAPI []byte

@@ -1,3 +1,3 @@
 package schema
 
-//go:generate go run ./internal/genopenapi -out kubernetes-openapi.json.gz
+//go:generate go run ../../internal/genopenapi -out kubernetes-openapi.json.gz
