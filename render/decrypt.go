@@ -10,6 +10,8 @@ import (
 
 	"filippo.io/age"
 	"github.com/ProtonMail/go-crypto/openpgp"
+
+	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 )
 
 // Reasons of decryption failures: each names what the user must change.
@@ -40,7 +42,7 @@ const (
 // DecryptedAnnotation marks an object that render decrypted from a sops
 // file. Diffs and reports treat such an object as secret whatever its
 // kind, so its values are never shown.
-const DecryptedAnnotation = "capstan.dev/decrypted"
+const DecryptedAnnotation = capstanv1.DecryptedAnnotation
 
 // Key file suffixes, in a decryption Secret and for --decryption-key.
 const (
