@@ -65,7 +65,9 @@ func (r *Reconciler) decryptionKeys(ctx context.Context, cd *capstanv1.ClusterDe
 	}
 	keys, err := render.ParseKeys(secret.Data)
 	if err != nil {
-		return nil, failure.Stalled(keyFileReason(err), fmt.Errorf("%s: Secret %s/%s: %w", field, cd.Namespace, name, err))
+		// The fix is in the Secret, outside the revision: look again.
+		return nil, &failure.Error{Reason: keyFileReason(err), Policy: failure.PolicyStalled, RetryAfter: decryptionRecheck,
+			Err: fmt.Errorf("%s: Secret %s/%s: %w", field, cd.Namespace, name, err)}
 	}
 	if keys.Len() == 0 {
 		return nil, &failure.Error{Reason: render.ReasonDecryptionKeyMissing, Policy: failure.PolicyStalled, RetryAfter: decryptionRecheck,
