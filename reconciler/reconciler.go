@@ -67,6 +67,10 @@ type ReconcilerOptions struct {
 	// namespace, that Capstan acts as for deployments that name none
 	// (spec.serviceAccountName); empty: Capstan's own identity.
 	DefaultServiceAccount string
+	// DecryptionSecret names the Secret, in the deployment's namespace,
+	// holding the sops keys of deployments of the root source that set no
+	// spec.decryption (capstan run --decryption-secret); empty: none.
+	DecryptionSecret string
 	// WaitSlice bounds how long one attempt waits on watch events for a
 	// stage to become ready before it records progress and yields.
 	WaitSlice time.Duration
@@ -361,9 +365,14 @@ func (r *Reconciler) renderObjects(ctx context.Context, a *attempt) (bool, error
 		}
 		opts.Substitute[stages.BootstrapKeyVar] = bootstrapKey
 	}
+	// Nothing is applied before the keys are read: a missing Secret
+	// stalls the deployment here, naming it.
+	if opts.Decrypt, err = r.decryptionKeys(ctx, a.cd); err != nil {
+		return false, err
+	}
 	rendered, err := r.render(ctx, a, opts) // bounded: sourcecache.go
 	if err != nil {
-		err = fmt.Errorf("render %s at %s: %w", a.cd.Spec.Path, a.revision, err)
+		err = decryptionRetry(fmt.Errorf("render %s at %s: %w", a.cd.Spec.Path, a.revision, err))
 		if ctx.Err() != nil {
 			return false, err // the attempt ended, not the render
 		}

@@ -136,7 +136,7 @@ func BuildResult(ctx context.Context, fsys fs.FS, opts Options) (*Result, error)
 	}
 	plan, err := check(ctx, a, root, kfile, opts)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, a.fs.dec.err())
 	}
 	if err := a.requestOrigins(kfile); err != nil {
 		return nil, err
@@ -145,6 +145,10 @@ func BuildResult(ctx context.Context, fsys fs.FS, opts Options) (*Result, error)
 		return nil, err
 	}
 	resources, err := buildResources(a, root, kfile, plan)
+	if derr := a.fs.dec.err(); derr != nil {
+		// Whatever kustomize made of ciphertext is moot: say what to fix.
+		return nil, derr
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -156,6 +160,7 @@ func BuildResult(ctx context.Context, fsys fs.FS, opts Options) (*Result, error)
 		return nil, &Error{File: a.display(kfile), Err: fmt.Errorf("build produced %d objects, more than --max-objects=%d: %w", len(objs), opts.MaxObjects, ErrLimit)}
 	}
 	res := &Result{Objects: objs, Files: files}
+	a.fs.dec.annotateDecrypted(res)
 	if opts.substitutes() {
 		unset, in, err := substituteAll(ctx, objs, files, opts)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path"
 	"slices"
 	"strings"
 
@@ -283,9 +284,21 @@ func (c *checker) fields(dir, kfile string, k *types.Kustomization, raw map[stri
 	for _, list := range []struct {
 		field string
 		args  []types.GeneratorArgs
-	}{{"configMapGenerator", configMapArgs(k.ConfigMapGenerator)}, {"secretGenerator", secretArgs(k.SecretGenerator)}} {
+		kind  string
+	}{{"configMapGenerator", configMapArgs(k.ConfigMapGenerator), "ConfigMap"}, {"secretGenerator", secretArgs(k.SecretGenerator), "Secret"}} {
 		for i, g := range list.args {
 			est.objects++
+			// A sops file a generator reads is decrypted as it is loaded;
+			// its errors name the object it makes.
+			object := objectName(list.kind, g.Namespace, g.Name)
+			for _, f := range append(append([]string{g.EnvSource}, g.EnvSources...), g.FileSources...) {
+				if _, p, found := strings.Cut(f, "="); found {
+					f = p
+				}
+				if f != "" {
+					c.a.fs.dec.source(path.Join(dir, f), object)
+				}
+			}
 			for j, f := range g.FileSources {
 				// "key=path" names the data key; the path follows "=".
 				if _, p, found := strings.Cut(f, "="); found {

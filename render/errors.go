@@ -63,7 +63,14 @@ func (e *Error) Unwrap() error { return e.Err }
 // revision or spec can change what renders.
 func (e *Error) Failure() *failure.Error {
 	reason := ReasonRenderFailed
-	if errors.Is(e.Err, ErrLimit) {
+	var de *DecryptError
+	var ke *KeyFileError
+	switch {
+	case errors.As(e.Err, &de):
+		reason = de.Reason
+	case errors.As(e.Err, &ke):
+		reason = ke.Reason
+	case errors.Is(e.Err, ErrLimit):
 		reason = ReasonRenderLimit
 	}
 	return &failure.Error{Reason: reason, Policy: failure.PolicyStalled, Err: e}

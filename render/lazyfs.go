@@ -33,11 +33,13 @@ type lazyFS struct {
 	// kustomize wraps errors in its own words: Build reports this one,
 	// naming the file.
 	err *Error
+	// dec decrypts sops files as they are loaded; nil when Options.Decrypt is.
+	dec *decryptor
 }
 
 func newLazyFS(src fs.FS, a *artifact, opts Options) *lazyFS {
 	inner := filesys.MakeFsInMemory()
-	return &lazyFS{FileSystem: inner, inner: inner, src: src, a: a, opts: opts, loaded: map[string]bool{}}
+	return &lazyFS{FileSystem: inner, inner: inner, src: src, a: a, opts: opts, loaded: map[string]bool{}, dec: newDecryptor(opts.Decrypt)}
 }
 
 // relPath turns a path kustomize passes (absolute in the in-memory
@@ -75,10 +77,13 @@ func (l *lazyFS) load(p string) error {
 	case err != nil:
 		return fmt.Errorf("read artifact: %w", err)
 	}
+	// Limits count what the artifact holds; the plaintext lives only in
+	// the in-memory filesystem.
+	l.read += int64(len(data))
+	data = l.dec.file(p, data)
 	if err := l.inner.WriteFile("/"+p, data); err != nil {
 		return err
 	}
-	l.read += int64(len(data))
 	l.loaded[p] = true
 	l.a.files[p] = int64(len(data))
 	return nil

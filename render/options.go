@@ -55,6 +55,16 @@ type Options struct {
 	// the kustomizations before kustomize runs and checked after. Zero means
 	// DefaultMaxObjects.
 	MaxObjects int
+	// Decrypt turns sops decryption on: every file the build reads that
+	// sops encrypted (YAML or JSON objects, a generator's dotenv or binary
+	// file) is decrypted in memory with these keys as it is read, before
+	// kustomize and substitution see it, and the objects from it carry
+	// DecryptedAnnotation. A file that cannot be decrypted fails the build
+	// (a *DecryptError per file, all of them together), so ciphertext is
+	// never applied. nil leaves files as they are, for `capstan render`
+	// without a key; a non-nil Keys without keys fails on any encrypted
+	// file, for a daemon given none.
+	Decrypt *Keys
 }
 
 // DefaultOptions returns Options for the artifact root with the default

@@ -582,7 +582,14 @@ func judgeStage(sd *StageDiff, machines int, newRevision bool) {
 // addSecret remembers the values of a Secret the diff saw.
 func (d *PlanDiff) addSecret(objs ...*unstructured.Unstructured) {
 	for _, obj := range objs {
-		if obj == nil || !isSecret(obj) {
+		if obj == nil {
+			continue
+		}
+		if isDecrypted(obj) && !isSecret(obj) {
+			d.addDecrypted(obj)
+			continue
+		}
+		if !isSecret(obj) {
 			continue
 		}
 		values := map[string][]byte{}
@@ -610,6 +617,41 @@ func (d *PlanDiff) addSecret(objs ...*unstructured.Unstructured) {
 
 func isSecret(obj *unstructured.Unstructured) bool {
 	return obj.GetKind() == "Secret" && obj.GroupVersionKind().Group == ""
+}
+
+// isDecrypted reports whether render decrypted obj from a sops file
+// (capstanv1.DecryptedAnnotation): its values are secret whatever its kind.
+func isDecrypted(obj *unstructured.Unstructured) bool {
+	return obj != nil && obj.GetAnnotations()[capstanv1.DecryptedAnnotation] == "true"
+}
+
+// addDecrypted remembers the string values outside the metadata of a
+// decrypted object that is not a Secret, for the scrubber.
+func (d *PlanDiff) addDecrypted(obj *unstructured.Unstructured) {
+	values := map[string][]byte{}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case string:
+			values[path] = []byte(v)
+		case map[string]any:
+			for k, e := range v {
+				walk(path+"."+k, e)
+			}
+		case []any:
+			for i, e := range v {
+				walk(fmt.Sprintf("%s[%d]", path, i), e)
+			}
+		}
+	}
+	for k, v := range obj.Object {
+		if k != "metadata" && k != "apiVersion" && k != "kind" {
+			walk(k, v)
+		}
+	}
+	if len(values) > 0 {
+		d.secrets = append(d.secrets, values)
+	}
 }
 
 // minScrubbed is the shortest Secret value scrubbed from the diff's text:

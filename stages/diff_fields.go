@@ -72,7 +72,7 @@ const maxValueLen = 72
 // never shown, only whether a key is added, removed or changed. The list
 // is sorted by path.
 func FieldDiffs(live, applied *unstructured.Unstructured) []FieldDiff {
-	w := fieldWalk{secret: isSecret(applied)}
+	w := fieldWalk{secret: isSecret(applied), decrypted: isDecrypted(applied) || isDecrypted(live)}
 	for _, key := range []string{"labels", "annotations"} {
 		a, _, _ := unstructured.NestedFieldNoCopy(live.Object, "metadata", key)
 		b, _, _ := unstructured.NestedFieldNoCopy(applied.Object, "metadata", key)
@@ -94,7 +94,10 @@ func FieldDiffs(live, applied *unstructured.Unstructured) []FieldDiff {
 
 type fieldWalk struct {
 	secret bool
-	out    []FieldDiff
+	// decrypted: the object came from a sops file, so every field outside
+	// the metadata is hidden, whatever its kind.
+	decrypted bool
+	out       []FieldDiff
 }
 
 // walk compares a and b at path: maps key by key, lists of named items by
@@ -216,6 +219,10 @@ func byName(list []any) (map[string]any, bool) {
 // stringData of a Secret, and the annotation in which kubectl keeps a copy
 // of the whole object.
 func (w *fieldWalk) hidden(path string) bool {
+	if w.decrypted && !strings.HasPrefix(path, "metadata.") {
+		// Which of its fields sops encrypted is not known here: hide all.
+		return true
+	}
 	if !w.secret {
 		return false
 	}

@@ -117,6 +117,39 @@ type ClusterDeploymentSpec struct {
 	// Defaults to 3m.
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// Decryption decrypts the sops-encrypted files of the overlay in
+	// memory, as they are rendered (docs/secrets.md). Empty: capstan
+	// run's --decryption-secret for deployments of the root source, or no
+	// key, in which case an encrypted file stalls the deployment before
+	// anything is applied.
+	// +optional
+	Decryption *DecryptionSpec `json:"decryption,omitempty"`
+}
+
+// DecryptionProvider names the tool whose files a deployment decrypts.
+// +kubebuilder:validation:Enum=sops
+type DecryptionProvider string
+
+// DecryptionSOPS decrypts files encrypted by sops (getsops/sops).
+const DecryptionSOPS DecryptionProvider = "sops"
+
+// DecryptedAnnotation marks an object rendered from a file Capstan
+// decrypted. Diffs, status and reports treat it as a secret whatever its
+// kind: its values are never shown.
+const DecryptedAnnotation = "capstan.dev/decrypted"
+
+// DecryptionSpec says how a deployment's encrypted files are decrypted.
+type DecryptionSpec struct {
+	// Provider is the encryption tool; only sops.
+	// +kubebuilder:default=sops
+	Provider DecryptionProvider `json:"provider"`
+
+	// SecretRef names a Secret in the deployment's namespace holding the
+	// private keys: age identities under keys ending in `.agekey`,
+	// ASCII-armored OpenPGP private keys (no passphrase) under keys
+	// ending in `.asc`. The keys never leave memory.
+	SecretRef LocalObjectReference `json:"secretRef"`
 }
 
 // DefaultTimeout bounds a fetch, a render or a batch of API requests when

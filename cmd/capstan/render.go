@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
@@ -25,6 +26,9 @@ type renderFlags struct {
 	output      string
 	substitute  []string
 	showSecrets bool
+	// decryptionKey is --decryption-key: sops files are decrypted only
+	// with it (or $SOPS_AGE_KEY_FILE).
+	decryptionKey string
 }
 
 func (f *renderFlags) BindFlags(fs *pflag.FlagSet) {
@@ -32,7 +36,40 @@ func (f *renderFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&f.deployment, "cluster-deployment", "f", "", "ClusterDeployment file whose path, substitutions and stages to use")
 	fs.StringVarP(&f.output, "output", "o", "yaml", "output format: yaml or json")
 	fs.StringArrayVar(&f.substitute, "substitute", nil, "VAR=value for ${VAR} substitution (repeatable)")
-	fs.BoolVar(&f.showSecrets, "show-secrets", false, "print the values of Secrets; without it each value is replaced by "+maskedValue)
+	fs.BoolVar(&f.showSecrets, "show-secrets", false, "print the values of Secrets (and of decrypted documents); without it each value is replaced by "+maskedValue)
+	f.bindDecryptionKey(fs)
+}
+
+func (f *renderFlags) bindDecryptionKey(fs *pflag.FlagSet) {
+	fs.StringVar(&f.decryptionKey, "decryption-key", "", "decrypt sops-encrypted files with this key file: age identities (age-keygen's keys.txt), or an ASCII-armored OpenPGP private key if it ends in "+render.PGPKeySuffix+"; default $"+sopsAgeKeyFileEnv+"; without either, files are rendered as they are in git")
+}
+
+// sopsAgeKeyFileEnv is the variable sops itself reads the age key file from.
+const sopsAgeKeyFileEnv = "SOPS_AGE_KEY_FILE"
+
+// keys reads --decryption-key (or $SOPS_AGE_KEY_FILE); nil without either,
+// which leaves sops files encrypted.
+func (f *renderFlags) keys() (*render.Keys, error) {
+	file := f.decryptionKey
+	if file == "" {
+		file = os.Getenv(sopsAgeKeyFileEnv)
+	}
+	if file == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--decryption-key: %w", err)
+	}
+	name := file
+	if !strings.HasSuffix(file, render.PGPKeySuffix) {
+		name = file + render.AgeKeySuffix
+	}
+	keys, err := render.ParseKeys(map[string][]byte{name: data})
+	if err != nil {
+		return nil, fmt.Errorf("--decryption-key: %w", err)
+	}
+	return keys, nil
 }
 
 func newRenderCommand() *cobra.Command {
@@ -56,6 +93,9 @@ ClusterDeployment file. The values of Secrets are masked unless
 			opts := render.DefaultOptions()
 			opts.Path = spec.Path
 			opts.Substitute = spec.Substitute
+			if opts.Decrypt, err = f.keys(); err != nil {
+				return err
+			}
 			objs, err := render.Build(cmd.Context(), os.DirFS(f.root), opts)
 			if err != nil {
 				return fmt.Errorf("render %s: %w", f.where, err)
@@ -199,6 +239,10 @@ const maskedValue = "*** (masked; --show-secrets prints it)"
 func maskSecrets(plan *stages.Plan) {
 	for i := range plan.Stages {
 		for j, obj := range plan.Stages[i].Objects {
+			if render.IsDecrypted(obj.GetAnnotations()) && (obj.GetKind() != "Secret" || obj.GroupVersionKind().Group != "") {
+				plan.Stages[i].Objects[j] = maskDecrypted(obj)
+				continue
+			}
 			if obj.GetKind() != "Secret" || obj.GroupVersionKind().Group != "" {
 				continue
 			}
@@ -215,4 +259,33 @@ func maskSecrets(plan *stages.Plan) {
 			plan.Stages[i].Objects[j] = obj
 		}
 	}
+}
+
+// maskDecrypted returns a copy of a document decrypted from a sops file
+// with every string outside its metadata masked: which of them sops
+// encrypted is not known after decryption.
+func maskDecrypted(obj *unstructured.Unstructured) *unstructured.Unstructured {
+	obj = obj.DeepCopy()
+	var mask func(v any) any
+	mask = func(v any) any {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				v[k] = mask(e)
+			}
+		case []any:
+			for i, e := range v {
+				v[i] = mask(e)
+			}
+		case string:
+			return maskedValue
+		}
+		return v
+	}
+	for k, v := range obj.Object {
+		if k != "metadata" && k != "apiVersion" && k != "kind" {
+			obj.Object[k] = mask(v)
+		}
+	}
+	return obj
 }

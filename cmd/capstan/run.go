@@ -160,6 +160,7 @@ type daemonFlags struct {
 	workers, concurrency int
 	waitSlice            time.Duration
 	serviceAccount       string
+	decryptionSecret     string
 	logFormat            string
 	leader               reconciler.LeaderElectionOptions
 	sharding             reconciler.ShardingOptions
@@ -174,6 +175,7 @@ func (f *daemonFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&f.workers, "workers", d.Workers, "ClusterDeployments reconciled at once")
 	fs.IntVar(&f.concurrency, "apply-concurrency", d.ApplyConcurrency, "objects of one stage applied in parallel")
 	fs.DurationVar(&f.waitSlice, "wait-slice", d.Reconciler.WaitSlice, "how long one attempt waits for a stage before it records progress")
+	fs.StringVar(&f.decryptionSecret, "decryption-secret", "", "Secret (in the deployment's namespace) holding the sops keys (*.agekey, *.asc) of deployments of the root source that set no spec.decryption (docs/secrets.md)")
 	fs.StringVar(&f.serviceAccount, "default-service-account", "", "ServiceAccount (in each ClusterDeployment's namespace) to act as for deployments that set no spec.serviceAccountName; empty: Capstan's own identity (docs/tenancy.md)")
 	fs.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
 	fs.BoolVar(&f.leader.Enabled, "leader-elect", d.LeaderElection.Enabled, "elect a leader through a Lease, so that of several replicas only one acts")
@@ -289,6 +291,7 @@ func newRunCommand() *cobra.Command {
 			opts.Workers, opts.ApplyConcurrency = daemon.workers, daemon.concurrency
 			opts.Reconciler.WaitSlice = daemon.waitSlice
 			opts.Reconciler.DefaultServiceAccount = daemon.serviceAccount
+			opts.Reconciler.DecryptionSecret = daemon.decryptionSecret
 			opts.Webhook = daemon.webhook()
 			opts.LeaderElection = daemon.leader
 			opts.Sharding = daemon.sharding

@@ -39,6 +39,7 @@ func (f *validateFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.render.root, "root", "", rootFlagUsage)
 	fs.StringVarP(&f.render.deployment, "cluster-deployment", "f", "", "ClusterDeployment file whose path, substitutions and stages to use")
 	fs.StringArrayVar(&f.render.substitute, "substitute", nil, "VAR=value for ${VAR} substitution (repeatable)")
+	f.render.bindDecryptionKey(fs)
 	fs.StringVarP(&f.output, "output", "o", "text", "output format: text (one problem a line), json or yaml")
 	fs.StringVar(&f.cluster.kubeconfig, "kubeconfig", "", "run the preflight against the cluster of this kubeconfig (served kinds, namespaces, a server-side dry run of every object); without it (or --context) nothing reads a cluster")
 	fs.StringArrayVar(&f.crds, "crds", nil, "offline: also take the CustomResourceDefinitions of this file or directory as installed (repeatable)")
@@ -93,6 +94,9 @@ and namespace exist, which nothing applies.`,
 			opts := render.DefaultOptions()
 			opts.Path = spec.Path
 			opts.Substitute = spec.Substitute
+			if opts.Decrypt, err = f.render.keys(); err != nil {
+				return err
+			}
 			where := f.render.where
 			rendered, err := render.BuildResult(cmd.Context(), os.DirFS(f.render.root), opts)
 			if err != nil {

@@ -164,6 +164,10 @@ func secretNames(cd *capstanv1.ClusterDeployment) []string {
 			names = append(names, s.KubeConfig.SecretRef.Name)
 		}
 	}
+	if d := cd.Spec.Decryption; d != nil && d.SecretRef.Name != "" {
+		// The sops keys: never in a comment, whatever quotes them.
+		names = append(names, d.SecretRef.Name)
+	}
 	return names
 }
 
