@@ -17,6 +17,7 @@ import (
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/reconciler/metrics"
+	"github.com/capstan-dev/capstan/render"
 )
 
 // notified counts the statuses handed to the reporters.
@@ -199,5 +200,13 @@ func TestSourceSucceededClearsOnlyTheSourcesStall(t *testing.T) {
 		if n := r.failures.inc(client.ObjectKeyFromObject(cd)); n != 1 {
 			t.Errorf("the failures in a row were not reset: the next counts as %d", n)
 		}
+	}
+}
+
+// render spells the annotation of decrypted documents itself (it imports
+// only failure); stages reads it through the API package's constant.
+func TestDecryptedAnnotationAgrees(t *testing.T) {
+	if render.DecryptedAnnotation != capstanv1.DecryptedAnnotation {
+		t.Errorf("render marks decrypted documents %q, stages looks for %q", render.DecryptedAnnotation, capstanv1.DecryptedAnnotation)
 	}
 }

@@ -10,8 +10,6 @@ import (
 
 	"filippo.io/age"
 	"github.com/ProtonMail/go-crypto/openpgp"
-
-	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 )
 
 // Reasons of decryption failures: each names what the user must change.
@@ -41,8 +39,10 @@ const (
 
 // DecryptedAnnotation marks an object that render decrypted from a sops
 // file. Diffs and reports treat such an object as secret whatever its
-// kind, so its values are never shown.
-const DecryptedAnnotation = capstanv1.DecryptedAnnotation
+// kind, so its values are never shown. It is the value of
+// capstanv1.DecryptedAnnotation, spelled here because render imports only
+// failure (docs/architecture.md, Imports); reconciler's tests check the two agree.
+const DecryptedAnnotation = "capstan.dev/decrypted"
 
 // Key file suffixes, in a decryption Secret and for --decryption-key.
 const (

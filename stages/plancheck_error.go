@@ -38,6 +38,11 @@ func (e *PreflightError) Error() string {
 	if more > 0 {
 		lines = append(lines, fmt.Sprintf("... and %d more in status.preflight.problems", more))
 	}
+	if len(lines) == 1 {
+		// One cause reads on one line: the line a terminal (capstan dev,
+		// kubectl's column) shows first says what to fix.
+		return fmt.Sprintf("preflight found %s; nothing was applied: %s", e.Report.Summary(), lines[0])
+	}
 	return fmt.Sprintf("preflight found %s; nothing was applied:\n%s", e.Report.Summary(), strings.Join(lines, "\n"))
 }
 
