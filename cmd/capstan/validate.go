@@ -69,7 +69,8 @@ lists the checks.
 Always: ${VAR}s left unset, stages that select nothing, readiness
 expressions over the CEL cost limit, and the network checks of a validate
 stage (the network ConfigMap labelled capstan.dev/config: network, Cluster
-API Clusters, Metal3 IPPools).
+API Clusters, Metal3 IPPools), and a warning for each Secret not encrypted
+with sops in git (capstan.dev/plaintext: allowed on it opts out).
 
 Without --kubeconfig or --context, validate is offline: it reads the files
 under --root and checks each object's apiVersion and kind against
