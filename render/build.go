@@ -82,6 +82,11 @@ type Result struct {
 	Unset []*Error
 	// unsetIn are the objects that hold the Unset variables.
 	unsetIn []*unstructured.Unstructured
+	// encrypted says which objects came from sops-encrypted files (see
+	// FromEncrypted).
+	encrypted []bool
+	// ciphertext holds those of them the build did not decrypt.
+	ciphertext map[*unstructured.Unstructured]bool
 }
 
 // HasUnset reports whether obj holds one of the Unset variables.
@@ -160,6 +165,7 @@ func BuildResult(ctx context.Context, fsys fs.FS, opts Options) (*Result, error)
 		return nil, &Error{File: a.display(kfile), Err: fmt.Errorf("build produced %d objects, more than --max-objects=%d: %w", len(objs), opts.MaxObjects, ErrLimit)}
 	}
 	res := &Result{Objects: objs, Files: files}
+	res.noteEncrypted(a.fs.sops.objects(resources, files), opts.Decrypt != nil)
 	a.fs.dec.annotateDecrypted(res)
 	if opts.substitutes() {
 		unset, in, err := substituteAll(ctx, objs, files, opts)

@@ -297,6 +297,7 @@ func (c *checker) fields(dir, kfile string, k *types.Kustomization, raw map[stri
 				}
 				if f != "" {
 					c.a.fs.dec.source(path.Join(dir, f), object)
+					c.a.fs.sops.generatorReads(dir, list.kind, g.Namespace, g.Name, path.Join(dir, f))
 				}
 			}
 			for j, f := range g.FileSources {

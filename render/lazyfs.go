@@ -35,11 +35,13 @@ type lazyFS struct {
 	err *Error
 	// dec decrypts sops files as they are loaded; nil when Options.Decrypt is.
 	dec *decryptor
+	// sops notes which files sops encrypted, with or without dec.
+	sops *sopsSources
 }
 
 func newLazyFS(src fs.FS, a *artifact, opts Options) *lazyFS {
 	inner := filesys.MakeFsInMemory()
-	return &lazyFS{FileSystem: inner, inner: inner, src: src, a: a, opts: opts, loaded: map[string]bool{}, dec: newDecryptor(opts.Decrypt)}
+	return &lazyFS{FileSystem: inner, inner: inner, src: src, a: a, opts: opts, loaded: map[string]bool{}, dec: newDecryptor(opts.Decrypt), sops: newSopsSources()}
 }
 
 // relPath turns a path kustomize passes (absolute in the in-memory
@@ -80,6 +82,7 @@ func (l *lazyFS) load(p string) error {
 	// Limits count what the artifact holds; the plaintext lives only in
 	// the in-memory filesystem.
 	l.read += int64(len(data))
+	l.sops.read(p, data)
 	data = l.dec.file(p, data)
 	if err := l.inner.WriteFile("/"+p, data); err != nil {
 		return err

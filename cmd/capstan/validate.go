@@ -69,7 +69,8 @@ lists the checks.
 Always: ${VAR}s left unset, stages that select nothing, readiness
 expressions over the CEL cost limit, and the network checks of a validate
 stage (the network ConfigMap labelled capstan.dev/config: network, Cluster
-API Clusters, Metal3 IPPools).
+API Clusters, Metal3 IPPools), and a warning for each Secret not encrypted
+with sops in git (capstan.dev/plaintext: allowed on it opts out).
 
 Without --kubeconfig or --context, validate is offline: it reads the files
 under --root and checks each object's apiVersion and kind against
@@ -112,6 +113,7 @@ and namespace exist, which nothing applies.`,
 			if err != nil {
 				return fmt.Errorf("validate %s: %w", where, err)
 			}
+			served.problems = append(served.problems, plaintextProblems(rendered)...)
 			report.Served = served
 			if err := printReport(cmd.OutOrStdout(), report, len(objs), f.output); err != nil {
 				return err
@@ -180,7 +182,7 @@ func planFor(spec capstanv1.ClusterDeploymentSpec, rendered *render.Result) (*st
 }
 
 // renderedOptions tell preflight each object's file, and which objects
-// hold a variable left unset.
+// hold a variable left unset or ciphertext.
 func renderedOptions(rendered *render.Result) stages.PreflightOptions {
 	files := map[*unstructured.Unstructured]string{}
 	for i, obj := range rendered.Objects {
@@ -188,7 +190,11 @@ func renderedOptions(rendered *render.Result) stages.PreflightOptions {
 	}
 	return stages.PreflightOptions{
 		File: func(obj *unstructured.Unstructured) string { return files[obj] },
-		Skip: rendered.HasUnset,
+		// Ciphertext (validate without a key) cannot be checked: only
+		// its plaintext would be applied.
+		Skip: func(obj *unstructured.Unstructured) bool {
+			return rendered.HasUnset(obj) || rendered.HoldsCiphertext(obj)
+		},
 	}
 }
 
