@@ -534,6 +534,9 @@ func TestDriftWhileNoCapstanRanIsFoundAtStartOnRemoteCluster(t *testing.T) {
 	if n := appliesTo(remote, ns, "configmaps", "removed") - applies; n != 1 {
 		t.Errorf("the target's ConfigMap applied %d times by the new daemon, want 1", n)
 	}
+	// Stopped once the correction is recorded: the next daemon must find
+	// the deployment Ready, as this one left it, to look rather than walk.
+	waitDeployment(t, c, ns, "owned", "Ready after the correction", isReady)
 	stopDaemon(second)
 
 	// The target gone when the next daemon starts: logged, nothing else.
@@ -541,7 +544,10 @@ func TestDriftWhileNoCapstanRanIsFoundAtStartOnRemoteCluster(t *testing.T) {
 	before := getDeployment(t, c, ns, "owned")
 	logs := &logBuffer{}
 	startDaemonWith(t, nil, func(o *reconciler.Options) { o.Logger = logs.logger() })
-	waitFor(t, "the look logging that it cannot reach the target", func() (bool, error) {
+	// A new daemon looks at every deployment the package's earlier tests
+	// left in the control plane, four at a time: under load this one's
+	// turn may come after waitTimeout.
+	waitForWithin(t, 2*waitTimeout, "the look logging that it cannot reach the target", func() (bool, error) {
 		return strings.Contains(logs.String(), "cannot check the objects applied to another cluster"), nil
 	})
 	infoRefs := "/" + ns + ".git/info/refs"

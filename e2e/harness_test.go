@@ -137,7 +137,14 @@ func getDeployment(t testing.TB, c client.Client, ns, name string) *capstanv1.Cl
 // event-driven; polling here only observes it.
 func waitFor(t testing.TB, what string, cond func() (bool, error)) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
+	waitForWithin(t, waitTimeout, what, cond)
+}
+
+// waitForWithin is waitFor with a deadline of its own, for what waits
+// behind other work of the daemon.
+func waitForWithin(t testing.TB, within time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	var last error
 	for time.Now().Before(deadline) {
 		ok, err := cond()
@@ -147,7 +154,7 @@ func waitFor(t testing.TB, what string, cond func() (bool, error)) {
 		last = err
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("timed out after %s waiting for %s (last error: %v)", waitTimeout, what, last)
+	t.Fatalf("timed out after %s waiting for %s (last error: %v)", within, what, last)
 }
 
 // waitDeployment waits until the deployment's status satisfies cond.
