@@ -73,15 +73,47 @@ func applyUnorderedWith(ctx context.Context, c client.Client, ns string, n int, 
 	g.SetLimit(limitWorkers)
 	for i := range n {
 		g.Go(func() error {
-			cm := &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": "v1", "kind": "ConfigMap",
-				"metadata": map[string]any{"name": fmt.Sprintf("cm-%04d", i), "namespace": ns},
-				"data":     map[string]any{"index": fmt.Sprint(i), "payload": payload(i)},
-			}}
+			cm := limitConfigMap(ns, i, payload)
 			return c.Patch(ctx, cm, client.Apply, client.ForceOwnership, client.FieldOwner("limit"))
 		})
 	}
 	return g.Wait()
+}
+
+// applyValidated is the validated limit: the n ConfigMaps of stagedFiles
+// dry-run server-side by limitWorkers parallel workers, every one, and
+// then applied the same way. Capstan validates a whole revision before it
+// applies any of it (the preflight), so this is its honest floor: the
+// plain limit's applies plus a dry run of each object.
+func applyValidated(ctx context.Context, c client.Client, ns string, n int, payload func(int) string) error {
+	for _, dryRun := range []bool{true, false} {
+		var g errgroup.Group
+		g.SetLimit(limitWorkers)
+		for i := range n {
+			g.Go(func() error {
+				cm := limitConfigMap(ns, i, payload)
+				opts := []client.PatchOption{client.ForceOwnership, client.FieldOwner("validated-limit")}
+				if dryRun {
+					opts = append(opts, client.DryRunAll)
+				}
+				return c.Patch(ctx, cm, client.Apply, opts...)
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// limitConfigMap is the i-th ConfigMap of stagedFiles in ns, as the limits
+// apply it.
+func limitConfigMap(ns string, i int, payload func(int) string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": fmt.Sprintf("cm-%04d", i), "namespace": ns},
+		"data":     map[string]any{"index": fmt.Sprint(i), "payload": payload(i)},
+	}}
 }
 
 // applyWithFlux applies the n ConfigMaps of stagedFiles into ns the way
@@ -107,9 +139,11 @@ func applyWithFlux(ctx context.Context, c client.Client, ns string, n int) error
 
 // BenchmarkStagedApplyAgainstLimit measures 1,000 ConfigMaps from a git
 // repository to a Ready deployment (fetch, render, the stages in order,
-// status), in five stages and in one, each beside the limit measured in
+// status), in five stages and in one, each beside the limits measured in
 // the same iteration: the same objects applied unordered by parallel
-// server-side apply workers. Neither side has a client-side rate limit.
+// server-side apply workers (the plain limit), and dry-run then applied so
+// (the validated limit, applyValidated). Neither side has a client-side
+// rate limit.
 func BenchmarkStagedApplyAgainstLimit(b *testing.B) {
 	const objects = 1000
 	for _, stageCount := range []int{5, 1} {
@@ -120,7 +154,7 @@ func BenchmarkStagedApplyAgainstLimit(b *testing.B) {
 			}
 			startDaemonWith(b, nil, func(o *reconciler.Options) { o.Config = unlimited(o.Config) })
 			files, specs := stagedFiles(objects, stageCount)
-			var staged, limit, flux time.Duration
+			var staged, limit, validated, flux time.Duration
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				ns := newNamespace(b)
@@ -140,7 +174,7 @@ func BenchmarkStagedApplyAgainstLimit(b *testing.B) {
 					// 1,000 in the background would load the next iteration.
 					DeletionPolicy: capstanv1.DeletionPolicyOrphan,
 				}
-				limitNS, fluxNS := newNamespace(b), newNamespace(b)
+				limitNS, validatedNS, fluxNS := newNamespace(b), newNamespace(b), newNamespace(b)
 				b.StartTimer()
 
 				start := time.Now()
@@ -148,6 +182,12 @@ func BenchmarkStagedApplyAgainstLimit(b *testing.B) {
 					b.Fatal(err)
 				}
 				limit += time.Since(start)
+
+				start = time.Now()
+				if err := applyValidated(context.Background(), c, validatedNS, objects, unchangedPayload); err != nil {
+					b.Fatal(err)
+				}
+				validated += time.Since(start)
 
 				start = time.Now()
 				if err := applyWithFlux(context.Background(), c, fluxNS, objects); err != nil {
@@ -167,6 +207,8 @@ func BenchmarkStagedApplyAgainstLimit(b *testing.B) {
 			b.ReportMetric(float64(staged.Milliseconds())/float64(b.N), "ms/ready")
 			b.ReportMetric(float64(limit.Milliseconds())/float64(b.N), "ms/limit")
 			b.ReportMetric(float64(staged)/float64(limit), "x-limit")
+			b.ReportMetric(float64(validated.Milliseconds())/float64(b.N), "ms/validated-limit")
+			b.ReportMetric(float64(staged)/float64(validated), "x-validated")
 			b.ReportMetric(float64(flux.Milliseconds())/float64(b.N), "ms/flux-ssa")
 			b.ReportMetric(float64(flux)/float64(limit), "flux-x-limit")
 		})
@@ -176,8 +218,9 @@ func BenchmarkStagedApplyAgainstLimit(b *testing.B) {
 // BenchmarkRevisionAgainstLimit measures a new commit that changes 10 of
 // the 1,000 ConfigMaps of a Ready deployment in 5 stages, from the commit
 // to Ready at it (the poll that finds it, fetch, render, preflight, the
-// stages, status), beside the limit measured in the same iteration: the
-// 1,000 applied again, unordered, by parallel server-side apply workers.
+// stages, status), beside the limits measured in the same iteration: the
+// 1,000 applied again, unordered, by parallel server-side apply workers,
+// and the same dry-run first (applyValidated).
 func BenchmarkRevisionAgainstLimit(b *testing.B) {
 	const objects, changed = 1000, 10
 	c, err := client.New(unlimited(env.Config), client.Options{Scheme: reconciler.Scheme()})
@@ -185,7 +228,7 @@ func BenchmarkRevisionAgainstLimit(b *testing.B) {
 		b.Fatal(err)
 	}
 	startDaemonWith(b, nil, func(o *reconciler.Options) { o.Config = unlimited(o.Config) })
-	ns, limitNS := newNamespace(b), newNamespace(b)
+	ns, limitNS, validatedNS := newNamespace(b), newNamespace(b), newNamespace(b)
 	url, err := gitSrv.CreateRepo(ns)
 	if err != nil {
 		b.Fatal(err)
@@ -207,7 +250,10 @@ func BenchmarkRevisionAgainstLimit(b *testing.B) {
 	if err := applyUnordered(context.Background(), c, limitNS, objects); err != nil {
 		b.Fatal(err)
 	}
-	var staged, limit time.Duration
+	if err := applyValidated(context.Background(), c, validatedNS, objects, unchangedPayload); err != nil {
+		b.Fatal(err)
+	}
+	var staged, limit, validated time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
@@ -227,6 +273,12 @@ func BenchmarkRevisionAgainstLimit(b *testing.B) {
 		limit += time.Since(start)
 
 		start = time.Now()
+		if err := applyValidated(context.Background(), c, validatedNS, objects, payload); err != nil {
+			b.Fatal(err)
+		}
+		validated += time.Since(start)
+
+		start = time.Now()
 		sha, err := gitSrv.Commit(ns, gitserver.DefaultBranch, files, fmt.Sprintf("revision %d", i))
 		if err != nil {
 			b.Fatal(err)
@@ -239,6 +291,8 @@ func BenchmarkRevisionAgainstLimit(b *testing.B) {
 	b.ReportMetric(float64(staged.Milliseconds())/float64(b.N), "ms/ready")
 	b.ReportMetric(float64(limit.Milliseconds())/float64(b.N), "ms/limit")
 	b.ReportMetric(float64(staged)/float64(limit), "x-limit")
+	b.ReportMetric(float64(validated.Milliseconds())/float64(b.N), "ms/validated-limit")
+	b.ReportMetric(float64(staged)/float64(validated), "x-validated")
 }
 
 // watchDeployment waits until the deployment's status satisfies cond, on

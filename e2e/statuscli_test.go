@@ -223,10 +223,12 @@ func TestStatusWatchRedrawsInATerminal(t *testing.T) {
 	}
 
 	// The stage events, oldest first: Infra starts before it is ready,
-	// before App starts.
+	// before the deployment is; App, ready as soon as it was applied, is
+	// told by the deployment's Ready event (its note, cut to the
+	// terminal's width here).
 	waitFor(t, "capstan events to list the stage transitions in order", func() (bool, error) {
 		events := run("events", "watched", "-n", ns)
-		order := []string{"stage Infra started", "stage Infra ready", "stage App started", "stage App ready"}
+		order := []string{"stage Infra started", "stage Infra ready", "all 2 stages ready"}
 		at := -1
 		for _, want := range order {
 			i := strings.Index(events, want)

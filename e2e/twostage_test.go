@@ -135,16 +135,35 @@ func TestTwoStageOverlayFromGit(t *testing.T) {
 		t.Errorf("currentStage = %q after all stages are ready", cd.Status.CurrentStage)
 	}
 
-	// Every transition is an event on the ClusterDeployment.
+	// Every transition is told by an event on the ClusterDeployment:
+	// Infra, which waited, by its start and its end; App, started and
+	// ready in the walk that made the deployment Ready, by the Ready
+	// event alone (one event, not three: docs/decisions.md).
 	waitFor(t, "stage events", func() (bool, error) {
 		reasons := eventReasons(t, c, ns, "two")
-		for _, want := range []string{"StageInProgress", "StageReady", "Ready"} {
-			if reasons[want] == 0 {
-				return false, nil
-			}
-		}
-		return reasons["StageReady"] >= 2, nil
+		return reasons["StageInProgress"] == 1 && reasons["StageReady"] == 1 && reasons["Ready"] == 1, nil
 	})
+	if msg := eventMessage(t, c, ns, "two", "Ready"); !strings.Contains(msg, "all 2 stages ready") || !strings.Contains(msg, "stage App started at") {
+		t.Errorf("Ready event %q, want it to tell the stages ready and App's start and end", msg)
+	}
+}
+
+// eventMessage returns the note of the newest event of reason about the
+// deployment, "" when there is none.
+func eventMessage(t testing.TB, c client.Client, ns, name, reason string) string {
+	t.Helper()
+	list := &eventsv1.EventList{}
+	if err := c.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var msg string
+	var at time.Time
+	for _, e := range list.Items {
+		if e.Regarding.Kind == capstanv1.ClusterDeploymentKind && e.Regarding.Name == name && e.Reason == reason && !e.EventTime.Time.Before(at) {
+			msg, at = e.Note, e.EventTime.Time
+		}
+	}
+	return msg
 }
 
 func eventReasons(t testing.TB, c client.Client, ns, name string) map[string]int {

@@ -180,7 +180,6 @@ func (r *Reconciler) prune(ctx context.Context, a *attempt) (bool, error) {
 	if inv == nil {
 		return true, nil
 	}
-	before := cd.DeepCopy()
 	res, err := r.removeStale(ctx, cd, stages.Stale(inv, a.plan), "prune", false)
 	if !slices.Equal(inv.PendingPrune, res.held) && len(res.held) > 0 {
 		r.event(cd, "Warning", "PrunePending", "kept %d objects the source no longer declares, because %s %s of a destructive kind; "+
@@ -193,7 +192,7 @@ func (r *Reconciler) prune(ctx context.Context, a *attempt) (bool, error) {
 		setCondition(cd, capstanv1.ConditionReconciling, true, "Pruning", res.waiting)
 		a.requeue = pruneRetry
 	}
-	if perr := r.patchStatus(ctx, before, cd); perr != nil {
+	if perr := r.saveStatus(ctx, a); perr != nil {
 		return false, perr
 	}
 	if err != nil {

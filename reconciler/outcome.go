@@ -63,11 +63,10 @@ const (
 // event): conclude leaves Ready as the walk wrote it.
 func (r *Reconciler) conclude(ctx context.Context, a *attempt, err error) (reconcile.Result, error) {
 	cd := a.cd
-	before := cd.DeepCopy()
 	f, requeue := r.settle(a, err)
 	msg := err.Error()
 	logger := log.FromContext(ctx)
-	if perr := r.patchStatus(ctx, before, cd); perr != nil {
+	if perr := r.saveStatus(ctx, a); perr != nil {
 		logger.Error(perr, "record the attempt's end in status")
 	}
 	if f.Policy == failure.PolicyWait {

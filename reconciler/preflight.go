@@ -77,12 +77,9 @@ func (r *Reconciler) preflight(ctx context.Context, a *attempt) (bool, error) {
 	}
 	report.Problems = append(report.Problems, checked.Problems...)
 
-	before := a.cd.DeepCopy()
+	// The verdict is written with the walk's first write when it passes,
+	// and by conclude when it stalls the revision: no write of its own.
 	a.cd.Status.Preflight = preflightStatus(a.revision, report)
-	if err := r.patchStatus(ctx, before, a.cd); err != nil {
-		r.plans.drop(key)
-		return false, err
-	}
 	if report.Err() != nil {
 		r.plans.drop(key)
 		return false, stages.Stalled(&stages.PreflightError{Report: report, Limit: maxConditionProblems})

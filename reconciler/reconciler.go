@@ -102,7 +102,12 @@ func (r *Reconciler) Stats() Stats {
 
 // attempt carries one reconcile's state from step to step.
 type attempt struct {
-	cd       *capstanv1.ClusterDeployment
+	cd *capstanv1.ClusterDeployment
+	// written is cd as the API server last had it: as read, then as each
+	// status write answered. saveStatus writes what cd has more, so that
+	// a change made in one step may wait for the write of a later one
+	// (the preflight's verdict goes with the walk's first write).
+	written  *capstanv1.ClusterDeployment
 	source   *sourceEntry
 	revision string
 	artifact *sources.Artifact
@@ -188,7 +193,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	begin := time.Now()
 	requested, refetch := pendingRequest(cd)
-	a := &attempt{cd: cd, outcome: metrics.OutcomeSuccess, refetch: refetch, requested: requested}
+	a := &attempt{cd: cd, written: cd.DeepCopy(), outcome: metrics.OutcomeSuccess, refetch: refetch, requested: requested}
 	res, err := r.runSteps(ctx, a)
 	if a.pending {
 		// Nothing was decided: the attempt that takes the source's
@@ -219,6 +224,14 @@ func (r *Reconciler) runSteps(ctx context.Context, a *attempt) (reconcile.Result
 		}
 		if done {
 			break
+		}
+	}
+	// What a step left for a later write that did not come (none does
+	// today: the walk writes at its end); an unchanged status costs
+	// nothing. An attempt that waits for its source writes nothing.
+	if !a.pending {
+		if err := r.saveStatus(ctx, a); err != nil {
+			return r.conclude(ctx, a, err)
 		}
 	}
 	return reconcile.Result{RequeueAfter: r.requeueAfter(a)}, nil
@@ -286,14 +299,13 @@ func (r *Reconciler) checkSource(ctx context.Context, a *attempt) (bool, error) 
 		return false, fmt.Errorf("check source: %w", sources.Unavailable(err))
 	}
 	a.revision = rev
-	before := a.cd.DeepCopy()
 	r.sourceSucceeded(a.cd, rev)
 	if !r.unchanged(a) {
 		return false, nil
 	}
 	// Nothing to walk. Status may have news all the same, that the source
 	// answers again; otherwise this costs no write.
-	if err := r.patchStatus(ctx, before, a.cd); err != nil {
+	if err := r.saveStatus(ctx, a); err != nil {
 		return false, err
 	}
 	return r.correctIfDrifted(ctx, a)

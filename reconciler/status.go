@@ -67,6 +67,18 @@ func (r *Reconciler) patchStatus(ctx context.Context, before, after *capstanv1.C
 	return nil
 }
 
+// saveStatus writes what a's deployment has in status more than the API
+// server last had (a.written), then takes the answer as the new base. An
+// attempt writes through it only, so that a change one step makes can go
+// with the next write instead of costing one of its own.
+func (r *Reconciler) saveStatus(ctx context.Context, a *attempt) error {
+	if err := r.patchStatus(ctx, a.written, a.cd); err != nil {
+		return err
+	}
+	a.written = a.cd.DeepCopy()
+	return nil
+}
+
 func (r *Reconciler) event(cd *capstanv1.ClusterDeployment, typ, reason, format string, args ...any) {
 	r.events.Eventf(cd, nil, typ, reason, "Reconcile", "%s", truncate(redact(fmt.Sprintf(format, args...))))
 }

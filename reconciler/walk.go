@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,16 +23,14 @@ import (
 // is applied before it.
 func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 	cd := a.cd
-	// written is the status as last written. Some changes wait for the
-	// next write rather than cost one of their own: the reset of a new
-	// walk, a stage found Ready before the next one starts. save writes
-	// what waits.
-	written := cd.DeepCopy()
+	// Some changes wait for the next write rather than cost one of their
+	// own: the preflight's verdict, the reset of a new walk, a stage found
+	// Ready before the next one starts. save writes what waits
+	// (saveStatus).
 	save := func() error {
-		if err := r.patchStatus(ctx, written, cd); err != nil {
+		if err := r.saveStatus(ctx, a); err != nil {
 			return err
 		}
-		written = cd.DeepCopy()
 		// Watch what the walk applied so far, as status records it: an
 		// object of an earlier stage edited while a later one waits (for
 		// minutes, with machines) is noted then, and corrected once the
@@ -43,6 +42,19 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 	}
 	r.resetStagesIfNew(cd, a)
 	setCondition(cd, capstanv1.ConditionStalled, false, "Progressing", "")
+	// A stage Ready as soon as it is applied (it never waited) has one
+	// event, not a start and an end; when the deployment becomes Ready in
+	// the same walk, the Ready event tells it. A stage that waits
+	// announces its start when status says it waits. Events are API
+	// writes: a fleet of one-stage deployments sent three each.
+	var quick []string // StageReady events held back, in stage order
+	flush := func() {
+		for _, msg := range quick {
+			r.event(cd, "Normal", "StageReady", "%s", msg)
+		}
+		quick = nil
+	}
+	defer flush()
 
 	for i := range a.plan.Stages {
 		stage := &a.plan.Stages[i]
@@ -63,8 +75,16 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 		if err := save(); err != nil {
 			return false, err
 		}
-		if !applied {
-			r.event(cd, "Normal", "StageInProgress", "stage %s started at %s (%d objects)", st().Name, a.revision, st().Objects)
+		// A stage announces its start once it has to wait (its apply
+		// went through and it is not Ready yet) or fails; one applied by
+		// an earlier attempt did then.
+		announced := applied
+		announce := func() {
+			if !announced {
+				announced = true
+				flush()
+				r.event(cd, "Normal", "StageInProgress", "stage %s started at %s (%d objects)", st().Name, a.revision, st().Objects)
+			}
 		}
 
 		exec, err := r.executorFor(ctx, cd, stage, a.plan)
@@ -75,7 +95,7 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 		case err != nil:
 			res = stages.Result{Stage: stage.Name, State: capstanv1.StageFailed, Err: err, Message: err.Error()}
 		default:
-			res, err = r.runStage(ctx, a, exec, i, applied, save)
+			res, err = r.runStage(ctx, a, exec, i, applied, save, announce)
 			if err != nil {
 				return false, err
 			}
@@ -93,8 +113,14 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 		case capstanv1.StageReady:
 			r.unreachable.reset(client.ObjectKeyFromObject(cd))
 			r.failures.reset(client.ObjectKeyFromObject(cd))
+			took := st().FinishedAt.Sub(st().StartedAt.Time).Round(time.Millisecond)
 			r.metrics.ObserveStageEnd(st().Name, metrics.StageResultReady, st().FinishedAt.Sub(st().StartedAt.Time))
-			r.event(cd, "Normal", "StageReady", "stage %s ready after %s", st().Name, st().FinishedAt.Sub(st().StartedAt.Time).Round(time.Millisecond))
+			if announced || moved {
+				flush()
+				r.event(cd, "Normal", "StageReady", "stage %s ready after %s", st().Name, took)
+			} else {
+				quick = append(quick, fmt.Sprintf("stage %s started at %s (%d objects) and was ready after %s", st().Name, a.revision, st().Objects, took))
+			}
 			if moved {
 				// The deployment lives in the target now; here it is a
 				// suspended mirror, and the stages after this one are the
@@ -107,6 +133,7 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 			}
 			continue
 		case capstanv1.StageFailed:
+			announce()
 			r.metrics.ObserveStageEnd(st().Name, metrics.StageResultFailed, r.opts.Now().Sub(st().StartedAt.Time))
 			r.event(cd, "Warning", "StageFailed", "stage %s attempt %d failed: %s", st().Name, st().Attempts, res.Message)
 			// conclude decides by the error's policy: retried with backoff
@@ -114,6 +141,7 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 			a.stageRecorded = true
 			return false, failure.Default(stageError(st().Name, res), stages.ReasonStageFailed, failure.PolicyRetry)
 		case capstanv1.StageInProgress:
+			announce()
 			if stages.IsUnreachable(res.Err) {
 				// Waiting for the cluster, not failing (conclude).
 				a.stageRecorded = true
@@ -143,9 +171,8 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 		if err != nil || !done {
 			return !done, err
 		}
-		written = cd.DeepCopy()
 	}
-	before := written
+	before := a.written
 	cd.Status.CurrentStage = ""
 	ready := fmt.Sprintf("all %d stages ready at %s", len(a.plan.Stages), a.revision)
 	if inv := cd.Status.Inventory; inv != nil && len(inv.PendingPrune) > 0 {
@@ -153,7 +180,7 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 	}
 	setCondition(cd, capstanv1.ConditionReady, true, "Succeeded", ready)
 	setCondition(cd, capstanv1.ConditionReconciling, false, "Succeeded", "")
-	if err := r.patchStatus(ctx, before, cd); err != nil {
+	if err := r.saveStatus(ctx, a); err != nil {
 		return false, err
 	}
 	r.failures.reset(client.ObjectKeyFromObject(cd))
@@ -167,7 +194,12 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 		return false, err
 	}
 	if !conditionTrue(before, capstanv1.ConditionReady) {
-		r.event(cd, "Normal", "Ready", "all %d stages ready at %s", len(a.plan.Stages), a.revision)
+		msg := fmt.Sprintf("all %d stages ready at %s", len(a.plan.Stages), a.revision)
+		if len(quick) > 0 {
+			msg += "; " + strings.Join(quick, "; ")
+			quick = nil
+		}
+		r.event(cd, "Normal", "Ready", "%s", msg)
 	}
 	log.FromContext(ctx).Info("deployment ready", "revision", a.revision)
 	return true, nil
@@ -187,7 +219,7 @@ func mayPrune(cd *capstanv1.ClusterDeployment, plan *stages.Plan) bool {
 // and the apply metrics), then, when status says nothing yet of what the
 // stage waits for, the first look, each written by save. The result is the
 // attempt's last word, for the caller to record.
-func (r *Reconciler) runStage(ctx context.Context, a *attempt, exec *stages.Executor, i int, applied bool, save func() error) (stages.Result, error) {
+func (r *Reconciler) runStage(ctx context.Context, a *attempt, exec *stages.Executor, i int, applied bool, save func() error, announce func()) (stages.Result, error) {
 	cd := a.cd
 	stage := &a.plan.Stages[i]
 	st := func() *capstanv1.StageStatus { return &cd.Status.Stages[i] }
@@ -220,6 +252,10 @@ func (r *Reconciler) runStage(ctx context.Context, a *attempt, exec *stages.Exec
 		}
 		r.recordResult(cd, st(), stage, res)
 		progressErr = save()
+		if progressErr == nil && res.State != capstanv1.StageReady {
+			// Status says the stage waits: so does an event.
+			announce()
+		}
 		return progressErr
 	}
 	res := exec.Run(ctx, stage, stages.Owner{Name: cd.Name, Namespace: cd.Namespace}, opts)

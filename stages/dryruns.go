@@ -41,6 +41,9 @@ type dryRunAnswer struct {
 	// Capstan's last apply of the same content left it (keepLive), so the
 	// live object, while it is that one, is the answer.
 	live bool
+	// absent marks the answer about an object that did not exist: obj is
+	// nil, and the apply creates it without looking for it (absent).
+	absent bool
 }
 
 // dryRunMaxAge bounds how long an answer is trusted. The resourceVersion
@@ -51,21 +54,22 @@ type dryRunAnswer struct {
 const dryRunMaxAge = 10 * time.Minute
 
 // keep records the answer to the dry run of obj (an object of the plan)
-// as stage applies it. Answers about objects that did not exist (no
-// resourceVersion) are not kept: a new object costs its apply anyway.
+// as stage applies it. Of an object that did not exist (no
+// resourceVersion) it records only that (absent).
 func (d *DryRuns) keep(stage string, obj, answer *unstructured.Unstructured, now time.Time) {
-	if d == nil || answer.GetResourceVersion() == "" {
+	if d == nil {
+		return
+	}
+	if answer.GetResourceVersion() == "" {
+		// The object does not exist: the apply may create it without
+		// reading it first (absent). The answer itself is not needed.
+		d.put(dryRunKey{stage: stage, object: obj}, dryRunAnswer{taken: now, absent: true})
 		return
 	}
 	// Kept until the plan goes (its deployment Ready): what the apply
 	// compares and the readiness checks read, not who manages which field.
 	answer.SetManagedFields(nil)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.answers == nil {
-		d.answers = map[dryRunKey]dryRunAnswer{}
-	}
-	d.answers[dryRunKey{stage: stage, object: obj}] = dryRunAnswer{obj: answer, taken: now}
+	d.put(dryRunKey{stage: stage, object: obj}, dryRunAnswer{obj: answer, taken: now})
 }
 
 // keepLive records that obj (an object of the plan), as stage applies it,
@@ -81,12 +85,7 @@ func (d *DryRuns) keepLive(stage string, obj *unstructured.Unstructured, uid typ
 	known := &unstructured.Unstructured{Object: map[string]any{}}
 	known.SetUID(uid)
 	known.SetResourceVersion(resourceVersion)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.answers == nil {
-		d.answers = map[dryRunKey]dryRunAnswer{}
-	}
-	d.answers[dryRunKey{stage: stage, object: obj}] = dryRunAnswer{obj: known, taken: now, live: true}
+	d.put(dryRunKey{stage: stage, object: obj}, dryRunAnswer{obj: known, taken: now, live: true})
 }
 
 // answer returns the kept answer for obj as stage applies it, when it is
@@ -98,7 +97,7 @@ func (d *DryRuns) answer(stage string, obj, live *unstructured.Unstructured, now
 	d.mu.Lock()
 	a, ok := d.answers[dryRunKey{stage: stage, object: obj}]
 	d.mu.Unlock()
-	if !ok || now.Sub(a.taken) > dryRunMaxAge {
+	if !ok || a.absent || now.Sub(a.taken) > dryRunMaxAge {
 		return nil
 	}
 	if a.obj.GetResourceVersion() != live.GetResourceVersion() || a.obj.GetUID() != live.GetUID() {
@@ -108,6 +107,41 @@ func (d *DryRuns) answer(stage string, obj, live *unstructured.Unstructured, now
 		return live
 	}
 	return a.obj
+}
+
+// absent reports whether the preflight's dry run of obj, as stage applies
+// it, found no such object, recently enough to be trusted (absentMaxAge).
+// The apply then creates it without a GET or LIST first. Its create
+// applies without force: an object another writer created since, with
+// other values, conflicts and goes the way of one that existed, and one
+// with the same values shows in the answer's managed fields
+// (Executor.create).
+func (d *DryRuns) absent(stage string, obj *unstructured.Unstructured, now time.Time) bool {
+	if d == nil {
+		return false
+	}
+	d.mu.Lock()
+	a, ok := d.answers[dryRunKey{stage: stage, object: obj}]
+	d.mu.Unlock()
+	return ok && a.absent && now.Sub(a.taken) <= absentMaxAge
+}
+
+// absentMaxAge bounds how long an answer that an object does not exist
+// is trusted. Nothing proves it still holds (an answer about an object
+// that exists is checked against the live resourceVersion): it bounds the
+// window in which two deployments that declare one object both create it
+// without seeing each other's (docs/decisions.md, "The apply looks only
+// for what the preflight found"). The stages applied right after the
+// preflight are within it; a stage that starts after a long wait looks.
+const absentMaxAge = time.Minute
+
+func (d *DryRuns) put(k dryRunKey, a dryRunAnswer) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.answers == nil {
+		d.answers = map[dryRunKey]dryRunAnswer{}
+	}
+	d.answers[k] = a
 }
 
 // Len is how many answers d keeps.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fluxcd/pkg/ssa"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
@@ -53,8 +54,8 @@ func TestApplyUsesThePreflightsDryRuns(t *testing.T) {
 	}
 	plan := &stages.Plan{Stages: []stages.Stage{configStage("Config", objs)}}
 	dry := preflightKeeping(t, e, plan, owner)
-	if dry.Len() != n {
-		t.Errorf("kept %d answers, want %d: one per object that exists", dry.Len(), n)
+	if dry.Len() != n+5 {
+		t.Errorf("kept %d answers, want %d: one per object, 5 of them absent", dry.Len(), n+5)
 	}
 
 	mark := log.mark()
@@ -109,8 +110,8 @@ func TestApplyWithDryRunsChecksOwnership(t *testing.T) {
 	}
 	plan := &stages.Plan{Stages: []stages.Stage{configStage("Config", configMaps(ns, 10, "a"))}}
 	dry := preflightKeeping(t, e, plan, owner)
-	if dry.Len() != 1 {
-		t.Fatalf("kept %d answers, want 1 (cm-09)", dry.Len())
+	if dry.Len() != 10 {
+		t.Fatalf("kept %d answers, want 10 (cm-09 and 9 absent)", dry.Len())
 	}
 
 	mark := log.mark()
@@ -154,5 +155,81 @@ func TestPreflightKeepsNoAnswersAfterADefinition(t *testing.T) {
 	dry := preflightKeeping(t, e, plan, owner)
 	if dry.Len() != 2 {
 		t.Errorf("kept %d answers, want 2: those of the stage before the CRD's", dry.Len())
+	}
+}
+
+// TestApplyCreatesWhatThePreflightFoundAbsent: in a namespace that holds
+// many objects of the kind (a fleet of deployments), a stage of new
+// objects costs its applies alone once the preflight found them absent:
+// no LIST and no GET per object, which the look needs without the
+// answers. An object another writer created since, with other values,
+// is not taken over silently: its create conflicts, and it is looked at
+// as one that existed.
+func TestApplyCreatesWhatThePreflightFoundAbsent(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := testContext(t)
+	c, log := newClient(t)
+	e := stages.NewExecutor(c)
+	others := stages.Owner{Name: "others", Namespace: ns}
+	var many []*unstructured.Unstructured
+	for i := range 300 {
+		many = append(many, configMap(ns, fmt.Sprintf("other-%03d", i), map[string]any{"v": "o"}))
+	}
+	if _, err := e.Apply(ctx, many, "Config", others); err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	plan := &stages.Plan{Stages: []stages.Stage{configStage("Config", configMaps(ns, n, "a"))}}
+
+	// Without the answers: the LIST's first page misses them, a GET each.
+	mark := log.mark()
+	if res := e.Run(ctx, &plan.Stages[0], owner, stages.RunOptions{}); res.State != capstanv1.StageReady {
+		t.Fatalf("Run = %s: %s", res.State, res.Message)
+	}
+	if got := countRequests(log.since(mark)); got.gets+got.lists <= n/2 {
+		t.Fatalf("requests %+v: the look without answers read the objects with fewer requests than expected; the test no longer shows the cost", got)
+	}
+
+	fresh := configMaps(ns, n, "b")
+	for _, obj := range fresh {
+		obj.SetName("new-" + obj.GetName())
+	}
+	plan = &stages.Plan{Stages: []stages.Stage{configStage("Config", fresh)}}
+	dry := preflightKeeping(t, e, plan, owner)
+	if dry.Len() != n {
+		t.Errorf("kept %d answers, want %d: one per object, each absent", dry.Len(), n)
+	}
+	mark = log.mark()
+	res := e.Run(ctx, &plan.Stages[0], owner, stages.RunOptions{DryRuns: dry})
+	if res.State != capstanv1.StageReady {
+		t.Fatalf("Run = %s: %s", res.State, res.Message)
+	}
+	if got, want := countRequests(log.since(mark)), (requestCounts{applies: n}); got != want {
+		t.Errorf("requests %+v, want %+v: an apply per new object, no look", got, want)
+	}
+	if got := res.ChangeSet.ToGroupedMap()[ssa.CreatedAction]; len(got) != n {
+		t.Errorf("created %d, want %d", len(got), n)
+	}
+
+	// Created by someone else between the preflight and the apply, with
+	// other values: the apply does not take it over unseen, but refuses
+	// it as any object found that Capstan did not apply.
+	late := configMaps(ns, 3, "c")
+	for _, obj := range late {
+		obj.SetName("late-" + obj.GetName())
+	}
+	plan = &stages.Plan{Stages: []stages.Stage{configStage("Config", late)}}
+	dry = preflightKeeping(t, e, plan, owner)
+	intruder := late[1].DeepCopy()
+	intruder.Object["data"] = map[string]any{"v": "theirs"}
+	if err := c.Patch(ctx, intruder, client.Apply, client.FieldOwner("someone-else")); err != nil {
+		t.Fatal(err)
+	}
+	res = e.Run(ctx, &plan.Stages[0], owner, stages.RunOptions{DryRuns: dry})
+	if res.State != capstanv1.StageFailed || !strings.Contains(res.Message, "late-cm-01 exists, was not applied by Capstan") {
+		t.Fatalf("Run = %s %q, want late-cm-01 refused: created meanwhile by someone else", res.State, res.Message)
+	}
+	if v := getLive(t, c, late[1]).Object["data"].(map[string]any)["v"]; v != "theirs" {
+		t.Errorf("late-cm-01: v = %v, want theirs: left as its writer made it", v)
 	}
 }

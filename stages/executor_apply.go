@@ -35,11 +35,14 @@ func (e *Executor) Apply(ctx context.Context, objects []*unstructured.Unstructur
 // the dry runs of the objects they are about (DryRuns).
 func (e *Executor) apply(ctx context.Context, objects []*unstructured.Unstructured, stage string, owner Owner, dry *DryRuns) (*ssa.ChangeSet, []*unstructured.Unstructured, error) {
 	prepared := make([]*unstructured.Unstructured, len(objects))
-	var handed answers
+	var handed *handedAnswers
 	if dry.Len() > 0 {
 		source := make(map[*unstructured.Unstructured]*unstructured.Unstructured, len(objects))
-		handed = func(obj, live *unstructured.Unstructured) *unstructured.Unstructured {
-			return dry.answer(stage, source[obj], live, time.Now())
+		handed = &handedAnswers{
+			about: func(obj, live *unstructured.Unstructured) *unstructured.Unstructured {
+				return dry.answer(stage, source[obj], live, time.Now())
+			},
+			absent: func(obj *unstructured.Unstructured) bool { return dry.absent(stage, source[obj], time.Now()) },
 		}
 		for i, obj := range objects {
 			prepared[i] = ownedBy(obj, stage, owner)
@@ -184,7 +187,7 @@ func (e *Executor) waitServed(ctx context.Context, definitions []*unstructured.U
 // existed is touched. Where handed has the preflight's answer about the
 // live object, it stands in for the dry run: an unchanged object then
 // costs nothing, a changed one its apply.
-func (e *Executor) applyWave(ctx context.Context, objects []*unstructured.Unstructured, owner Owner, handed answers) ([]ssa.ChangeSetEntry, []*unstructured.Unstructured, error) {
+func (e *Executor) applyWave(ctx context.Context, objects []*unstructured.Unstructured, owner Owner, handed *handedAnswers) ([]ssa.ChangeSetEntry, []*unstructured.Unstructured, error) {
 	ctx, cancel := e.batch(ctx)
 	defer cancel()
 	entries, observed, err := e.applyWaveWithin(ctx, objects, owner, handed)
@@ -210,8 +213,8 @@ func (e *Executor) batchCut(ctx context.Context, n int, err error) error {
 	return fmt.Errorf("the cluster did not answer the apply of %d objects within %s (spec.timeout): %w", n, e.batchTimeout, err)
 }
 
-func (e *Executor) applyWaveWithin(ctx context.Context, objects []*unstructured.Unstructured, owner Owner, handed answers) ([]ssa.ChangeSetEntry, []*unstructured.Unstructured, error) {
-	live, err := e.look(ctx, objects)
+func (e *Executor) applyWaveWithin(ctx context.Context, objects []*unstructured.Unstructured, owner Owner, handed *handedAnswers) ([]ssa.ChangeSetEntry, []*unstructured.Unstructured, error) {
+	live, err := e.lookUnlessAbsent(ctx, objects, handed)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -234,7 +237,7 @@ func (e *Executor) applyWaveWithin(ctx context.Context, objects []*unstructured.
 	e.eachOf(existing, func(i int) {
 		var answer *unstructured.Unstructured
 		if handed != nil {
-			answer = handed(objects[i], live[i])
+			answer = handed.about(objects[i], live[i])
 		}
 		entries[i].Action, observed[i], errs[i] = e.diffLive(ctx, objects[i], live[i], answer, owner, owners)
 	})
@@ -277,9 +280,43 @@ func (e *Executor) applyWaveWithin(ctx context.Context, objects []*unstructured.
 	return appliedEntries(entries, errs, nil), observed, nil
 }
 
-// answers returns the preflight's dry-run answer about live for obj, an
-// object of the wave, or nil when there is none (DryRuns.answer).
-type answers func(obj, live *unstructured.Unstructured) *unstructured.Unstructured
+// handedAnswers are the preflight's dry-run answers for the objects of a
+// wave (DryRuns).
+type handedAnswers struct {
+	// about returns the answer about live for obj, or nil when there is
+	// none (DryRuns.answer).
+	about func(obj, live *unstructured.Unstructured) *unstructured.Unstructured
+	// absent reports whether the preflight found no obj (DryRuns.absent).
+	absent func(obj *unstructured.Unstructured) bool
+}
+
+// lookUnlessAbsent is look for the objects of a wave that the preflight
+// did not find absent: those it did are taken for new without a request,
+// which saves a fleet of new deployments in one namespace a GET per
+// object (the LIST of a kind there holds every other deployment's
+// objects, so the look reads a wave's objects one by one).
+func (e *Executor) lookUnlessAbsent(ctx context.Context, objects []*unstructured.Unstructured, handed *handedAnswers) ([]*unstructured.Unstructured, error) {
+	if handed == nil {
+		return e.look(ctx, objects)
+	}
+	var idx []int
+	var rest []*unstructured.Unstructured
+	for i, obj := range objects {
+		if !handed.absent(obj) {
+			idx = append(idx, i)
+			rest = append(rest, obj)
+		}
+	}
+	live := make([]*unstructured.Unstructured, len(objects))
+	if len(rest) == 0 {
+		return live, nil
+	}
+	found, err := e.look(ctx, rest)
+	for j, i := range idx {
+		live[i] = found[j]
+	}
+	return live, err
+}
 
 // appliedEntries keeps the entries of the objects whose apply did not fail
 // (an object whose apply failed was not created or configured), of only

@@ -54,6 +54,10 @@ type fleetResult struct {
 	goroutines       float64
 	heapInUse        float64
 	totalAPIRequests int64 // non-watch requests from start to the end of the idle window
+	// toReadyRequests are the non-watch requests from the daemon's start
+	// to all Ready, toReadyBy the same by "VERB resource" (requestKind).
+	toReadyRequests int64
+	toReadyBy       map[string]int64
 
 	// restart is what a second daemon, started on the Ready fleet, did
 	// (fleet.restart): its look at every object, then idle intervals.
@@ -133,6 +137,7 @@ func runFleet(t testing.TB, f fleet) fleetResult {
 	t.Logf("created %d ClusterDeployments in %s", f.deployments, time.Since(begin).Round(time.Millisecond))
 	var res fleetResult
 	res.ready, res.toReady = waitAllReady(t, c, d, ns, f, begin)
+	res.toReadyRequests, _, res.toReadyBy = proxy.snapshot().since(start)
 	if res.ready < f.deployments {
 		res.mem = d.memory(t)
 		return res
@@ -344,6 +349,8 @@ func logResult(t testing.TB, f fleet, r fleetResult) {
 	if r.apiRequests > 0 {
 		t.Logf("idle API requests by path: %s", topPaths(r.apiByPath, 8))
 	}
+	t.Logf("API requests (watch starts apart) from the daemon's start to all Ready: %d (%.1f per deployment); per deployment by verb and resource: %s",
+		r.toReadyRequests, float64(r.toReadyRequests)/float64(f.deployments), perDeployment(byKind(r.toReadyBy), f.deployments))
 	t.Logf("API requests (watch starts apart) from the daemon's start to the end of the idle window: %d (%.1f per deployment)",
 		r.totalAPIRequests, float64(r.totalAPIRequests)/float64(f.deployments))
 	if rr := r.restart; rr != nil {

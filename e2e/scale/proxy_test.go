@@ -149,3 +149,53 @@ func topPaths(byPath map[string]int64, n int) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// requestKind reduces "METHOD /apis/g/v/namespaces/ns/resource/name/sub"
+// to "METHOD resource/sub": what a request did, whichever object it was.
+// A GET of a collection is a LIST.
+func requestKind(key string) string {
+	method, path, _ := strings.Cut(key, " ")
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	// Past /api/v1 or /apis/group/version.
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		parts = parts[3:]
+	default:
+		return key
+	}
+	if len(parts) >= 2 && parts[0] == "namespaces" && len(parts) > 2 {
+		parts = parts[2:]
+	}
+	resource := parts[0]
+	if len(parts) == 1 && method == "GET" {
+		method = "LIST"
+	}
+	if len(parts) >= 3 {
+		resource += "/" + parts[2]
+	}
+	return method + " " + resource
+}
+
+// byKind sums byPath by requestKind.
+func byKind(byPath map[string]int64) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range byPath {
+		out[requestKind(k)] += v
+	}
+	return out
+}
+
+// perDeployment formats every entry of by divided by n, most frequent
+// first.
+func perDeployment(by map[string]int64, n int) string {
+	keys := slices.SortedFunc(maps.Keys(by), func(a, b string) int {
+		return cmp.Or(cmp.Compare(by[b], by[a]), strings.Compare(a, b))
+	})
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, float64(by[k])/float64(n)))
+	}
+	return strings.Join(parts, "; ")
+}
