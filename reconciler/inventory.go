@@ -188,8 +188,8 @@ func (r *Reconciler) prune(ctx context.Context, a *attempt) (bool, error) {
 	}
 	inv.PendingPrune = res.held
 	if err == nil && res.waiting != "" {
-		setCondition(cd, capstanv1.ConditionReady, false, "Pruning", res.waiting)
-		setCondition(cd, capstanv1.ConditionReconciling, true, "Pruning", res.waiting)
+		setCondition(cd, capstanv1.ConditionReady, false, ReasonPruning, res.waiting)
+		setCondition(cd, capstanv1.ConditionReconciling, true, ReasonPruning, res.waiting)
 		a.requeue = pruneRetry
 	}
 	if perr := r.saveStatus(ctx, a); perr != nil {
@@ -235,7 +235,7 @@ func (r *Reconciler) finalize(ctx context.Context, cd *capstanv1.ClusterDeployme
 		before := cd.DeepCopy()
 		res, err := r.removeStale(ctx, cd, cd.Status.Inventory.Stages, "delete", true)
 		if err == nil && res.waiting != "" {
-			setCondition(cd, capstanv1.ConditionReady, false, "Deleting", res.waiting)
+			setCondition(cd, capstanv1.ConditionReady, false, ReasonDeleting, res.waiting)
 		}
 		if perr := r.patchStatus(ctx, before, cd); perr != nil {
 			return reconcile.Result{}, perr

@@ -40,6 +40,24 @@ const (
 	ReasonSecretNotReadable = "SourceSecretNotReadable"
 )
 
+// Reasons of the conditions the walk writes while nothing failed.
+const (
+	// ReasonProgressing: a revision is being walked (Ready=False,
+	// Reconciling=True, Stalled=False).
+	ReasonProgressing = "Progressing"
+	// ReasonSucceeded: every stage is Ready at the revision (Ready=True,
+	// Reconciling=False), or the source answered (SourceReady=True).
+	ReasonSucceeded = "Succeeded"
+	// ReasonPruning: every stage is Ready and what the revision dropped
+	// is being deleted.
+	ReasonPruning = "Pruning"
+	// ReasonDeleting: the deployment is being deleted and waits for what
+	// it applied to go.
+	ReasonDeleting = "Deleting"
+	// ReasonSourceReady: Stalled=False once the source answers again.
+	ReasonSourceReady = capstanv1.ConditionSourceReady
+)
+
 // conclude is the one place that turns the error ending an attempt into
 // what the deployment shows and when it is looked at again: its
 // conditions, an event, the outcome its metrics record, and the requeue.

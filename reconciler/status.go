@@ -174,9 +174,9 @@ func restartStages(cd *capstanv1.ClusterDeployment, revision string) {
 func (r *Reconciler) sourceSucceeded(cd *capstanv1.ClusterDeployment, revision string) {
 	if prev := meta.FindStatusCondition(cd.Status.Conditions, capstanv1.ConditionSourceReady); prev != nil && prev.Status == metav1.ConditionFalse {
 		if st := meta.FindStatusCondition(cd.Status.Conditions, capstanv1.ConditionStalled); st != nil && st.Reason == prev.Reason {
-			setCondition(cd, capstanv1.ConditionStalled, false, "SourceReady", "")
+			setCondition(cd, capstanv1.ConditionStalled, false, ReasonSourceReady, "")
 		}
 		r.failures.reset(client.ObjectKeyFromObject(cd))
 	}
-	setCondition(cd, capstanv1.ConditionSourceReady, true, "Succeeded", "revision "+revision)
+	setCondition(cd, capstanv1.ConditionSourceReady, true, ReasonSucceeded, "revision "+revision)
 }

@@ -41,7 +41,7 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 		return nil
 	}
 	r.resetStagesIfNew(cd, a)
-	setCondition(cd, capstanv1.ConditionStalled, false, "Progressing", "")
+	setCondition(cd, capstanv1.ConditionStalled, false, ReasonProgressing, "")
 	// A stage Ready as soon as it is applied (it never waited) has one
 	// event, not a start and an end; when the deployment becomes Ready in
 	// the same walk, the Ready event tells it. A stage that waits
@@ -178,8 +178,8 @@ func (r *Reconciler) walkStages(ctx context.Context, a *attempt) (bool, error) {
 	if inv := cd.Status.Inventory; inv != nil && len(inv.PendingPrune) > 0 {
 		ready += fmt.Sprintf("; %d objects the source dropped wait to be pruned (status.inventory.pendingPrune): set spec.prune.destructive to delete them", len(inv.PendingPrune))
 	}
-	setCondition(cd, capstanv1.ConditionReady, true, "Succeeded", ready)
-	setCondition(cd, capstanv1.ConditionReconciling, false, "Succeeded", "")
+	setCondition(cd, capstanv1.ConditionReady, true, ReasonSucceeded, ready)
+	setCondition(cd, capstanv1.ConditionReconciling, false, ReasonSucceeded, "")
 	if err := r.saveStatus(ctx, a); err != nil {
 		return false, err
 	}
@@ -319,8 +319,8 @@ func (r *Reconciler) resetStagesIfNew(cd *capstanv1.ClusterDeployment, a *attemp
 	cd.Status.Revision = a.revision
 	cd.Status.ObservedGeneration = cd.Generation
 	if !same {
-		setCondition(cd, capstanv1.ConditionReady, false, "Progressing", "new revision "+a.revision)
-		setCondition(cd, capstanv1.ConditionReconciling, true, "Progressing", "new revision "+a.revision)
+		setCondition(cd, capstanv1.ConditionReady, false, ReasonProgressing, "new revision "+a.revision)
+		setCondition(cd, capstanv1.ConditionReconciling, true, ReasonProgressing, "new revision "+a.revision)
 	}
 }
 
@@ -345,7 +345,7 @@ func (r *Reconciler) startAttempt(cd *capstanv1.ClusterDeployment, st *capstanv1
 		st.Attempts++
 	}
 	cd.Status.CurrentStage = st.Name
-	setCondition(cd, capstanv1.ConditionReconciling, true, "Progressing", "stage "+st.Name)
+	setCondition(cd, capstanv1.ConditionReconciling, true, ReasonProgressing, "stage "+st.Name)
 	st.Stuck = stage.StuckAfter != nil && r.opts.Now().Sub(st.StartedAt.Time) > stage.StuckAfter.Duration
 }
 
@@ -372,7 +372,7 @@ func (r *Reconciler) recordResult(cd *capstanv1.ClusterDeployment, st *capstanv1
 	default:
 		st.State = capstanv1.StageInProgress
 		st.Stuck = stage.StuckAfter != nil && r.opts.Now().Sub(st.StartedAt.Time) > stage.StuckAfter.Duration
-		setCondition(cd, capstanv1.ConditionReady, false, failure.ReasonOf(res.Err, "Progressing"), fmt.Sprintf("stage %s: %s", st.Name, st.Message))
+		setCondition(cd, capstanv1.ConditionReady, false, failure.ReasonOf(res.Err, ReasonProgressing), fmt.Sprintf("stage %s: %s", st.Name, st.Message))
 	}
 }
 

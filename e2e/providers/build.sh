@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # build.sh builds the Cluster API and Metal3 controller managers that the
-# tests run as processes, from the modules pinned in capi/, capm3/, ipam/ and
-# bmo/ (one module per provider: CAPM3, IPAM and BMO v0.13/v1.13 are built
-# against Cluster API v1.13 and controller-runtime v0.23, CAPI v1.14 needs
-# controller-runtime v0.24 and has dropped packages CAPM3 imports, so they
-# cannot share one build list). It caches them by version, outside the
-# repository:
+# tests run as processes, from the modules pinned in capi/ and metal3/ (CAPM3,
+# IPAM and BMO v1.13/v0.13 are built against Cluster API v1.13 and
+# controller-runtime v0.23 and share one build list, so the Kubernetes stack
+# under them compiles once; CAPI v1.14 needs controller-runtime v0.24 and has
+# dropped packages CAPM3 imports, so it has its own). It caches them by
+# version, outside the repository:
 #   ${CAPSTAN_PROVIDERS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/capstan/providers/<capi version>-<capm3 version>}
 # A binary that is already cached at its version is not built again, so a
 # second run is instant and works offline. Prints the cache directory on
@@ -23,9 +23,13 @@ version() { # module-dir module-path
   go -C "$1" list -m -f '{{.Version}}' "$2"
 }
 capi_version=$(version capi sigs.k8s.io/cluster-api)
-capm3_version=$(version capm3 github.com/metal3-io/cluster-api-provider-metal3)
-ipam_version=$(version ipam github.com/metal3-io/ip-address-manager)
-bmo_version=$(version bmo github.com/metal3-io/baremetal-operator)
+capm3_version=$(version metal3 github.com/metal3-io/cluster-api-provider-metal3)
+ipam_version=$(version metal3 github.com/metal3-io/ip-address-manager)
+bmo_version=$(version metal3 github.com/metal3-io/baremetal-operator)
+# The three Metal3 managers are cached by their release and by the build
+# list they share (metal3/go.sum): another dependency version is another
+# binary.
+metal3_list=$(sha256sum < metal3/go.sum | cut -c1-12)
 
 # e2e/crds/go.mod pins the versions whose CRDs the tests install: the
 # controllers must be the same releases.
@@ -62,9 +66,9 @@ build() { # name module-dir package version ldflags
 build cluster-api-manager capi sigs.k8s.io/cluster-api/core "$capi_version" "$capi_ldflags"
 build kubeadm-bootstrap-manager capi sigs.k8s.io/cluster-api/bootstrap/kubeadm "$capi_version" "$capi_ldflags"
 build kubeadm-control-plane-manager capi sigs.k8s.io/cluster-api/controlplane/kubeadm "$capi_version" "$capi_ldflags"
-build capm3-manager capm3 github.com/metal3-io/cluster-api-provider-metal3 "$capm3_version" "-s -w"
-build ipam-manager ipam github.com/metal3-io/ip-address-manager "$ipam_version" "-s -w"
-build baremetal-operator bmo github.com/metal3-io/baremetal-operator "$bmo_version" "$bmo_ldflags"
+build capm3-manager metal3 github.com/metal3-io/cluster-api-provider-metal3 "$capm3_version+$metal3_list" "-s -w"
+build ipam-manager metal3 github.com/metal3-io/ip-address-manager "$ipam_version+$metal3_list" "-s -w"
+build baremetal-operator metal3 github.com/metal3-io/baremetal-operator "$bmo_version+$metal3_list" "$bmo_ldflags"
 # workload-clusters is Capstan's own program (the fake workload clusters on
 # Cluster API's in-memory API server library): its cache key is a hash of
 # its source and the module's go.sum, so an edit rebuilds it.
