@@ -1,16 +1,24 @@
-// Module bmo pins the Bare Metal Operator release whose binary ../build.sh
-// builds, with the dependency versions of its own go.mod. The version must
-// match e2e/crds/go.mod (build.sh checks). Tidy with
-// GONOSUMDB=github.com/metal3-io GOFLAGS=-mod=mod go mod tidy.
-module github.com/capstan-dev/capstan/e2e/providers/bmo
+// Module metal3 pins the Metal3 releases whose managers ../build.sh builds:
+// the Cluster API Provider Metal3, the IP address manager and the Bare
+// Metal Operator. They require the same Kubernetes and controller-runtime,
+// so one build list compiles that stack once for the three (three modules
+// compiled it three times, each with other versions of x/net, grpc and
+// genproto). The versions must match e2e/crds/go.mod (build.sh checks).
+// Tidy with GONOSUMDB=github.com/metal3-io GOFLAGS=-mod=mod go mod tidy.
+module github.com/capstan-dev/capstan/e2e/providers/metal3
 
 go 1.26
 
-require github.com/metal3-io/baremetal-operator v0.13.2
+require (
+	github.com/metal3-io/baremetal-operator v0.13.2
+	github.com/metal3-io/cluster-api-provider-metal3 v1.13.2
+	github.com/metal3-io/ip-address-manager v1.13.2
+)
 
 require (
 	cel.dev/expr v0.25.1 // indirect
-	github.com/antlr4-go/antlr/v4 v4.13.0 // indirect
+	github.com/NYTimes/gziphandler v1.1.1 // indirect
+	github.com/antlr4-go/antlr/v4 v4.13.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
@@ -25,9 +33,10 @@ require (
 	github.com/go-logr/logr v1.4.3 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-logr/zapr v1.3.0 // indirect
-	github.com/go-openapi/jsonpointer v0.21.0 // indirect
-	github.com/go-openapi/jsonreference v0.20.2 // indirect
-	github.com/go-openapi/swag v0.23.0 // indirect
+	github.com/go-openapi/jsonpointer v0.22.1 // indirect
+	github.com/go-openapi/jsonreference v0.21.2 // indirect
+	github.com/go-openapi/swag v0.23.1 // indirect
+	github.com/go-openapi/swag/jsonname v0.25.1 // indirect
 	github.com/gobuffalo/flect v1.0.3 // indirect
 	github.com/google/btree v1.1.3 // indirect
 	github.com/google/cel-go v0.26.0 // indirect
@@ -39,17 +48,13 @@ require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/josharian/intern v1.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
-	github.com/mailru/easyjson v0.7.7 // indirect
-	// BMO replaces apis and pkg/hardwareutils with local folders: require
-	// the published versions. The module proxy has no
-	// pkg/hardwareutils v0.13.2 (404) but has v0.13.1.
-	github.com/metal3-io/baremetal-operator/apis v0.13.2 // indirect
-	github.com/metal3-io/baremetal-operator/pkg/hardwareutils v0.13.1 // indirect
+	github.com/kylelemons/godebug v1.1.0 // indirect
+	github.com/mailru/easyjson v0.9.0 // indirect
 	github.com/metal3-io/ironic-standalone-operator/api v0.8.2 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
-	github.com/onsi/gomega v1.40.0 // indirect
+	github.com/onsi/gomega v1.41.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 	github.com/prometheus/client_golang v1.23.2 // indirect
@@ -75,17 +80,17 @@ require (
 	go.yaml.in/yaml/v2 v2.4.3 // indirect
 	go.yaml.in/yaml/v3 v3.0.4 // indirect
 	golang.org/x/exp v0.0.0-20240719175910-8a7402abbf56 // indirect
-	golang.org/x/net v0.55.0 // indirect
+	golang.org/x/net v0.56.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
 	golang.org/x/sync v0.21.0 // indirect
 	golang.org/x/sys v0.46.0 // indirect
 	golang.org/x/term v0.44.0 // indirect
-	golang.org/x/text v0.38.0 // indirect
-	golang.org/x/time v0.9.0 // indirect
+	golang.org/x/text v0.39.0 // indirect
+	golang.org/x/time v0.11.0 // indirect
 	gomodules.xyz/jsonpatch/v2 v2.5.0 // indirect
-	google.golang.org/genproto/googleapis/api v0.0.0-20260401024825-9d38bb4040a9 // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20260401024825-9d38bb4040a9 // indirect
-	google.golang.org/grpc v1.80.0 // indirect
+	google.golang.org/genproto/googleapis/api v0.0.0-20260414002931-afd174a4e478 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260414002931-afd174a4e478 // indirect
+	google.golang.org/grpc v1.82.1 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
@@ -95,6 +100,7 @@ require (
 	k8s.io/apimachinery v0.35.6 // indirect
 	k8s.io/apiserver v0.35.6 // indirect
 	k8s.io/client-go v0.35.6 // indirect
+	k8s.io/cluster-bootstrap v0.35.4 // indirect
 	k8s.io/component-base v0.35.6 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20250910181357-589584f1c912 // indirect
@@ -106,6 +112,21 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.0 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
+)
+
+require (
+	// CAPM3, IPAM and BMO replace their api submodules (and BMO its
+	// pkg/hardwareutils) with local folders: require the published
+	// versions. The module proxy has no pkg/hardwareutils v0.13.2 (404)
+	// but has v0.13.1.
+	// CAPM3, IPAM and BMO replace their api submodules (and BMO its
+	// pkg/hardwareutils) with local folders: require the published
+	// versions. The module proxy has no pkg/hardwareutils v0.13.2 (404)
+	// but has v0.13.1.
+	github.com/metal3-io/baremetal-operator/apis v0.13.2 // indirect
+	github.com/metal3-io/baremetal-operator/pkg/hardwareutils v0.13.1 // indirect
+	github.com/metal3-io/cluster-api-provider-metal3/api v1.13.2 // indirect
+	github.com/metal3-io/ip-address-manager/api v1.13.2 // indirect
 )
 
 // BMO v0.13.2 requires ironic-standalone-operator/api v0.8.2, which the
