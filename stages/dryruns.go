@@ -135,6 +135,17 @@ func (d *DryRuns) absent(stage string, obj *unstructured.Unstructured, now time.
 // preflight are within it; a stage that starts after a long wait looks.
 const absentMaxAge = time.Minute
 
+// allAbsent reports whether the preflight found every one of objects, as
+// stage applies them, absent (and there is at least one).
+func (d *DryRuns) allAbsent(stage string, objects []*unstructured.Unstructured, now time.Time) bool {
+	for _, obj := range objects {
+		if !d.absent(stage, obj, now) {
+			return false
+		}
+	}
+	return len(objects) > 0
+}
+
 func (d *DryRuns) put(k dryRunKey, a dryRunAnswer) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

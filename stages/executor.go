@@ -300,7 +300,8 @@ func (e *Executor) applyStageWith(ctx context.Context, stage *Stage, owner Owner
 func (e *Executor) applyStage(ctx context.Context, stage *Stage, owner Owner, dry *DryRuns) Result {
 	res := Result{Stage: stage.Name, State: capstanv1.StageInProgress}
 	if writes(stage.Action) {
-		if err := e.checkFence(ctx, owner); err != nil {
+		first := stage.Action != capstanv1.StageActionDelete && dry.allAbsent(stage.Name, stage.Objects, time.Now())
+		if err := e.checkFenceFirst(ctx, owner, first); err != nil {
 			return failed(res, fmt.Errorf("stage %s: %w", stage.Name, err))
 		}
 	}

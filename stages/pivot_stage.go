@@ -102,6 +102,15 @@ type discoverer interface {
 // checkFence returns a stalled error when another Capstan owns the
 // deployment in the cluster the executor writes to.
 func (e *Executor) checkFence(ctx context.Context, owner Owner) error {
+	return e.checkFenceFirst(ctx, owner, false)
+}
+
+// checkFenceFirst is checkFence; first says that the deployment has most
+// likely never written there (none of the objects it is about to apply
+// exists), so that its fencing record is claimed with a create before it
+// is read: one request instead of two for a new deployment, two instead
+// of one should the record exist after all.
+func (e *Executor) checkFenceFirst(ctx context.Context, owner Owner, first bool) error {
 	if err := e.checkClaim(ctx, owner); err != nil {
 		return err
 	}
@@ -110,6 +119,9 @@ func (e *Executor) checkFence(ctx context.Context, owner Owner) error {
 		return err
 	}
 	// A FencedError stalls by its own classification (pivot.ReasonFenced).
+	if first {
+		return pivot.ClaimFence(ctx, e.own, owner.Namespace, owner.Name, id, name)
+	}
 	return pivot.CheckFence(ctx, e.own, owner.Namespace, owner.Name, id, name)
 }
 

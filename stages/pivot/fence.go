@@ -114,6 +114,22 @@ func CheckFence(ctx context.Context, c client.Client, namespace, name, id, idNam
 		HolderName: lease.Annotations[OwnerNameAnnotation], Generation: ptr.Deref(lease.Spec.LeaseTransitions, 0)}
 }
 
+// ClaimFence is CheckFence for a deployment that has most likely never
+// written through c: it creates the record first, and reads it only when
+// it exists already. The outcome is CheckFence's.
+func ClaimFence(ctx context.Context, c client.Client, namespace, name, id, idName string) error {
+	err := c.Create(ctx, fenceLease(namespace, name, id, idName, 0))
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsNotFound(err):
+		return nil // no such namespace there
+	case apierrors.IsAlreadyExists(err):
+		return CheckFence(ctx, c, namespace, name, id, idName)
+	}
+	return fmt.Errorf("claim the fencing record %s/%s: %w", namespace, FenceName(name), err)
+}
+
 // HandFence gives deployment namespace/name in the cluster c reaches to
 // the Capstan identified by to, counting one more handover; it creates the
 // record (and the namespace) where there is none. Handing it to the

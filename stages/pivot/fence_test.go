@@ -69,6 +69,37 @@ func TestFence(t *testing.T) {
 	}
 }
 
+// ClaimFence decides as CheckFence does, creating the record first: a
+// new deployment claims it, the holder passes, another writer is fenced
+// (the record it found is read, not replaced), and a namespace that does
+// not exist needs no record.
+func TestClaimFence(t *testing.T) {
+	ctx := context.Background()
+	c, _ := clients(t)
+	ns := "claim-" + rand.String(5)
+	if err := ClaimFence(ctx, c, ns, "mgmt", "bootstrap-id", "bootstrap"); err != nil {
+		t.Fatalf("no namespace, no record: %v; want nil", err)
+	}
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ClaimFence(ctx, c, ns, "mgmt", "bootstrap-id", "bootstrap"); err != nil {
+		t.Fatalf("first writer: %v; want it to claim the record", err)
+	}
+	if holder, err := FenceHolder(ctx, c, ns, "mgmt"); err != nil || holder != "bootstrap-id" {
+		t.Fatalf("holder after the claim = %q, %v; want bootstrap-id", holder, err)
+	}
+	if err := ClaimFence(ctx, c, ns, "mgmt", "bootstrap-id", "bootstrap"); err != nil {
+		t.Fatalf("the holder again: %v", err)
+	}
+	if err := ClaimFence(ctx, c, ns, "mgmt", "other-id", "other"); !IsFenced(err) {
+		t.Fatalf("another writer: %v; want fenced", err)
+	}
+	if holder, _ := FenceHolder(ctx, c, ns, "mgmt"); holder != "bootstrap-id" {
+		t.Fatalf("holder after another writer's claim = %q; want bootstrap-id still", holder)
+	}
+}
+
 func asFenced(err error, f **FencedError) bool {
 	fe, ok := err.(*FencedError)
 	*f = fe
