@@ -290,7 +290,7 @@ func (e *Executor) DiffPlan(ctx context.Context, plan *Plan, owner Owner, opts D
 		}
 		d.Stages[i] = sd
 	}
-	if err := e.diffSchemas(ctx, plan, pendingAt); err != nil {
+	if err := e.diffSchemas(ctx, plan, owner, pendingAt); err != nil {
 		if IsUnanswered(err) {
 			return nil, e.unreachable(ctx, err)
 		}
@@ -752,7 +752,11 @@ func (d definitions) explains(obj *unstructured.Unstructured, err error) string 
 		return "its CustomResourceDefinition is created by this plan first; the server cannot check it before"
 	}
 	if apierrors.IsNotFound(err) && obj.GetNamespace() != "" && d.namespaces[obj.GetNamespace()] {
-		return "its Namespace is created by this plan first; the server cannot check it before"
+		return noteNamespacePending
 	}
 	return ""
 }
+
+// noteNamespacePending is the note of a create whose namespace an
+// earlier object of the plan creates.
+const noteNamespacePending = "its Namespace is created by this plan first; the server cannot check it before"

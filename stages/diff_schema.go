@@ -15,7 +15,11 @@ import (
 // turns from a create into an invalid object, with the field and the
 // file, so that `capstan diff` and a pull request's plan show the
 // unknown field the preflight would refuse, not a create that looks fine.
-func (e *Executor) diffSchemas(ctx context.Context, plan *Plan, pending map[*unstructured.Unstructured]*ObjectDiff) error {
+//
+// Those that fit their schemas and wait only for their namespace are then
+// dry-run in the deployment's own namespace (dryRunElsewhere): the API
+// server's own refusal makes them invalid too.
+func (e *Executor) diffSchemas(ctx context.Context, plan *Plan, owner Owner, pending map[*unstructured.Unstructured]*ObjectDiff) error {
 	if len(pending) == 0 {
 		return nil
 	}
@@ -27,7 +31,7 @@ func (e *Executor) diffSchemas(ctx context.Context, plan *Plan, pending map[*uns
 	if err != nil {
 		return err
 	}
-	objects, _ := appliedWithStage(plan)
+	objects, stageOf := appliedWithStage(plan)
 	found, err := findSchemaProblems(ctx, v, objects, check, nil)
 	if err != nil {
 		return err
@@ -38,13 +42,15 @@ func (e *Executor) diffSchemas(ctx context.Context, plan *Plan, pending map[*uns
 			byObject[f.obj] = append(byObject[f.obj], f)
 		}
 	}
+	fileOf := func(obj *unstructured.Unstructured) string {
+		if f := plan.Files[obj]; f != "" {
+			return f
+		}
+		return originFile(obj)
+	}
 	for obj, findings := range byObject {
 		od := pending[obj]
-		od.Action = DiffInvalid
-		od.File = plan.Files[obj]
-		if od.File == "" {
-			od.File = originFile(obj)
-		}
+		od.Action, od.File = DiffInvalid, fileOf(obj)
 		if len(findings) == 1 {
 			od.Field, od.Error = findings[0].problem.Field, findings[0].problem.Message
 			continue
@@ -55,6 +61,24 @@ func (e *Executor) diffSchemas(ctx context.Context, plan *Plan, pending map[*uns
 			parts[i] = f.problem.Field + ": " + f.problem.Message
 		}
 		od.Error = strings.Join(parts, "; ")
+	}
+
+	var elsewhere []*unstructured.Unstructured
+	for _, obj := range objects {
+		if od := pending[obj]; od != nil && od.Action == DiffCreate && od.Note == noteNamespacePending {
+			elsewhere = append(elsewhere, obj)
+		}
+	}
+	refused, err := e.dryRunElsewhere(ctx, elsewhere, func(obj *unstructured.Unstructured) string { return stageOf[obj] }, owner, owner.Namespace)
+	if err != nil {
+		return err
+	}
+	for i, err := range refused {
+		if err != nil {
+			od := pending[elsewhere[i]]
+			od.Action, od.File, od.Field = DiffInvalid, fileOf(elsewhere[i]), invalidField(err)
+			od.Error = standInMessage(err, owner.Namespace)
+		}
 	}
 	return nil
 }

@@ -73,6 +73,50 @@ func findSchemaProblems(ctx context.Context, v *schema.Validator, objects []*uns
 	return findings, nil
 }
 
+// checkLater checks the objects no dry run can reach where they will
+// live (later: an earlier stage creates their namespace or their kind)
+// against their schemas, and those the schema check passes whose kind
+// the cluster serves already in a stand-in namespace (dryRunElsewhere),
+// for what only the API server knows.
+func (e *Executor) checkLater(ctx context.Context, objects []*unstructured.Unstructured, later map[*unstructured.Unstructured]bool,
+	stageOf map[*unstructured.Unstructured]string, served ServedAPIs, owner Owner, opts PreflightOptions) ([]preflight.Problem, error) {
+	v, err := e.clusterValidator(ctx, later)
+	if err != nil {
+		return nil, err
+	}
+	found, err := findSchemaProblems(ctx, v, objects, later, opts.Skip)
+	if err != nil {
+		return nil, err
+	}
+	var problems []preflight.Problem
+	flagged := map[*unstructured.Unstructured]bool{}
+	for _, f := range found {
+		p := f.problem
+		p.Message += inFile(opts.fileOf(f.obj))
+		problems = append(problems, p)
+		flagged[f.obj] = true
+	}
+	var elsewhere []*unstructured.Unstructured
+	for _, obj := range objects {
+		if later[obj] && !flagged[obj] && obj.GetNamespace() != "" && servesVersion(served, obj.GroupVersionKind()) &&
+			(opts.Skip == nil || !opts.Skip(obj)) {
+			elsewhere = append(elsewhere, obj)
+		}
+	}
+	refused, err := e.dryRunElsewhere(ctx, elsewhere, func(obj *unstructured.Unstructured) string { return stageOf[obj] }, owner, owner.Namespace)
+	if err != nil {
+		return problems, err
+	}
+	for i, err := range refused {
+		if err != nil {
+			obj := elsewhere[i]
+			problems = append(problems, preflight.Problem{Object: problemRef(obj), Field: invalidField(err),
+				Message: standInMessage(err, owner.Namespace) + inFile(opts.fileOf(obj))})
+		}
+	}
+	return problems, nil
+}
+
 // schemaProblem words what the schema check found as the dry run words
 // what the API server answers.
 func schemaProblem(obj *unstructured.Unstructured, p schema.Problem) preflight.Problem {
