@@ -3,6 +3,8 @@ package metal3
 import (
 	"context"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,7 +39,7 @@ func TestNewUserCluster(t *testing.T) {
 		t.Parallel()
 		testUnknownFieldRefused(t, writes)
 	})
-	t.Run("infrastructure objects in v1beta1 walk the capm3 profile", func(t *testing.T) {
+	t.Run("a cluster written in v1beta1 walks the capm3 profile", func(t *testing.T) {
 		t.Parallel()
 		testV1beta1Cluster(t)
 	})
@@ -151,28 +153,29 @@ func testUnknownFieldRefused(t *testing.T, writes *writeCounter) {
 	}
 }
 
-// The same cluster with its Metal3 objects (Metal3Cluster,
-// Metal3MachineTemplates, Metal3DataTemplate) written in
-// infrastructure.cluster.x-k8s.io/v1beta1, as most public CAPM3 examples
-// are, reaches ClusterReady with the capm3 profile as it is: its checks
-// read the objects in v1beta2 through CAPM3's conversion webhook, and the
-// preflight finds nothing to refuse.
+// The same cluster written in v1beta1 throughout, as most public CAPM3
+// examples are (Cluster API's Cluster, KubeadmControlPlane,
+// MachineDeployment, KubeadmConfigTemplate and CAPM3's Metal3Cluster,
+// Metal3MachineTemplates, Metal3DataTemplate: testdata/v1beta1), reaches
+// ClusterReady with the capm3 profile as it is: its checks read the
+// objects in v1beta2 through the providers' conversion webhooks, and the
+// preflight finds nothing to refuse (v1beta1 being deprecated is a
+// warning).
 func testV1beta1Cluster(t *testing.T) {
 	providerLogs(t)
 	c := newClient(t)
 	ns := newNamespace(t, "v1beta1")
 	target := ns + "-cluster"
 	cd, _ := newUserCluster(t, ns, target, func(files map[string]string) {
-		const v1beta2, v1beta1 = "apiVersion: infrastructure.cluster.x-k8s.io/v1beta2", "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1"
-		replace(t, files, "bases/metal3-cluster/cluster.yaml", v1beta2, v1beta1, 1)
-		replace(t, files, "bases/metal3-cluster/datatemplate.yaml", v1beta2, v1beta1, 1)
-		// v1beta1 names the pool references after IPPool and wants their
-		// group and kind spelt out.
-		replace(t, files, "bases/metal3-cluster/datatemplate.yaml", "    ipAddressesFromPool:\n      - key: provisioningIP\n",
-			"    ipAddressesFromIPPool:\n      - key: provisioningIP\n        apiGroup: ipam.metal3.io\n        kind: IPPool\n", 1)
-		for _, f := range []string{"bases/metal3-cluster/controlplane.yaml", "bases/metal3-cluster/workers.yaml"} {
-			replace(t, files, f, v1beta2, v1beta1, 1)
-			replace(t, files, f, "diskFormat: qcow2", "format: qcow2", 1)
+		for _, name := range []string{"cluster.yaml", "controlplane.yaml", "workers.yaml", "datatemplate.yaml"} {
+			content, err := os.ReadFile(filepath.Join("testdata", "v1beta1", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := files["bases/metal3-cluster/"+name]; !ok {
+				t.Fatalf("the example's base has no %s", name)
+			}
+			files["bases/metal3-cluster/"+name] = string(content)
 		}
 	})
 	if cd.Spec.Profile != "capm3" || len(cd.Spec.Stages) != 0 {
