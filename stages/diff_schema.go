@@ -64,8 +64,9 @@ func (e *Executor) diffSchemas(ctx context.Context, plan *Plan, owner Owner, pen
 	}
 
 	var elsewhere []*unstructured.Unstructured
+	redefined := crdKinds(objects)
 	for _, obj := range objects {
-		if od := pending[obj]; od != nil && od.Action == DiffCreate && od.Note == noteNamespacePending {
+		if od := pending[obj]; od != nil && od.Action == DiffCreate && od.Note == noteNamespacePending && !redefined[obj.GroupVersionKind().GroupKind()] {
 			elsewhere = append(elsewhere, obj)
 		}
 	}

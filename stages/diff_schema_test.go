@@ -186,3 +186,48 @@ func TestStandInDryRunIgnoresAdmission(t *testing.T) {
 		t.Errorf("preflight problems %+v, want none", report.Problems)
 	}
 }
+
+// TestStandInDryRunSkipsKindsThePlanRedefines: a plan that changes a CRD
+// the cluster has (here relaxing Widget's spec.size minimum from 1 to 0)
+// before an object of that kind in a namespace it creates: the stand-in
+// dry run would judge the object by the CRD the cluster has now, so it is
+// not sent; the schema check, which reads the plan's CRD, passes it.
+func TestStandInDryRunSkipsKindsThePlanRedefines(t *testing.T) {
+	home := newNamespace(t) // skips under -short
+	owner := stages.Owner{Name: "cluster-a", Namespace: home}
+	ctx := testContext(t)
+	c, _ := newClient(t)
+	nsName := fmt.Sprintf("redefined-%d", time.Now().UnixNano())
+	crd := loadObjects(t, "crds/widgets.yaml", "")[0]
+	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	for _, v := range versions {
+		if err := unstructured.SetNestedField(v.(map[string]any), int64(0), "schema", "openAPIV3Schema", "properties", "spec", "properties", "size", "minimum"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unstructured.SetNestedSlice(crd.Object, versions, "spec", "versions"); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := stages.BuildPlan([]capstanv1.StageSpec{
+		{Name: "Definitions", Action: capstanv1.StageActionApply, Select: capstanv1.Selector{Kinds: []string{"Namespace", "CustomResourceDefinition"}}},
+		{Name: "Objects", Action: capstanv1.StageActionApply, Select: capstanv1.Selector{Kinds: []string{"*"}}},
+	}, []*unstructured.Unstructured{object("v1", "Namespace", "", nsName), crd, widget(nsName, "zero", map[string]any{"size": int64(0)})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := stages.NewExecutor(c)
+	d, err := e.DiffPlan(ctx, plan, owner, stages.DiffOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := objectDiff(t, d, "Widget/"+nsName+"/zero"); o.Action != stages.DiffCreate {
+		t.Errorf("Widget zero: %s (%s), want a create the server cannot check yet", o.Action, o.Error)
+	}
+	report, err := e.Preflight(ctx, plan, owner, stages.PreflightOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := report.Errors(); len(errs) != 0 {
+		t.Errorf("preflight errors %+v, want none", errs)
+	}
+}

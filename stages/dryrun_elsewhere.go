@@ -7,6 +7,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -48,6 +49,20 @@ func (e *Executor) dryRunElsewhere(ctx context.Context, objects []*unstructured.
 		}
 	})
 	return refused, errors.Join(unanswered...)
+}
+
+// crdKinds are the kinds the CustomResourceDefinitions among objects
+// define. An object of such a kind is not dry-run in a stand-in
+// namespace: the server would judge it by the schema it has now, not the
+// one the plan applies first (the schema check reads the plan's).
+func crdKinds(objects []*unstructured.Unstructured) map[schema.GroupKind]bool {
+	kinds := map[schema.GroupKind]bool{}
+	for _, obj := range objects {
+		if gk, _, ok := crdScope(obj); ok {
+			kinds[gk] = true
+		}
+	}
+	return kinds
 }
 
 // fromAdmission reports whether a refusal comes from an admission webhook

@@ -97,9 +97,10 @@ func (e *Executor) checkLater(ctx context.Context, objects []*unstructured.Unstr
 		flagged[f.obj] = true
 	}
 	var elsewhere []*unstructured.Unstructured
+	redefined := crdKinds(objects)
 	for _, obj := range objects {
 		if later[obj] && !flagged[obj] && obj.GetNamespace() != "" && servesVersion(served, obj.GroupVersionKind()) &&
-			(opts.Skip == nil || !opts.Skip(obj)) {
+			!redefined[obj.GroupVersionKind().GroupKind()] && (opts.Skip == nil || !opts.Skip(obj)) {
 			elsewhere = append(elsewhere, obj)
 		}
 	}
