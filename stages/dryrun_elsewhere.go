@@ -31,7 +31,9 @@ import (
 func (e *Executor) dryRunElsewhere(ctx context.Context, objects []*unstructured.Unstructured, stageOf func(*unstructured.Unstructured) string,
 	owner Owner, ns string) ([]error, error) {
 	refused := make([]error, len(objects))
-	if ns == "" {
+	if ns == "" || (e.cluster != nil && e.cluster.Name() != LocalClusterName) {
+		// The deployment's namespace is in the cluster Capstan runs in;
+		// another cluster has it only by chance.
 		return refused, nil
 	}
 	unanswered := make([]error, len(objects))
