@@ -247,6 +247,9 @@ func (e *Executor) DiffPlan(ctx context.Context, plan *Plan, owner Owner, opts D
 	// object, for the rollouts.
 	dryRuns := map[string]*unstructured.Unstructured{}
 	lives := map[string]*unstructured.Unstructured{}
+	// pendingAt are the objects no dry run can reach yet, for the schema
+	// check.
+	pendingAt := map[*unstructured.Unstructured]*ObjectDiff{}
 	for i := range plan.Stages {
 		stage := &plan.Stages[i]
 		sd := StageDiff{Name: stage.Name, Action: stage.Action}
@@ -259,6 +262,9 @@ func (e *Executor) DiffPlan(ctx context.Context, plan *Plan, owner Owner, opts D
 			}
 			for j, l := range looks {
 				sd.Objects[j] = l.diff
+				if l.pending {
+					pendingAt[stage.Objects[j]] = &sd.Objects[j]
+				}
 				if l.diff.Problem() && l.diff.File == "" {
 					sd.Objects[j].File = plan.Files[stage.Objects[j]]
 				}
@@ -283,6 +289,12 @@ func (e *Executor) DiffPlan(ctx context.Context, plan *Plan, owner Owner, opts D
 			}
 		}
 		d.Stages[i] = sd
+	}
+	if err := e.diffSchemas(ctx, plan, owner, pendingAt); err != nil {
+		if IsUnanswered(err) {
+			return nil, e.unreachable(ctx, err)
+		}
+		return nil, err
 	}
 	if err := e.diffPrune(ctx, d, plan, owner, opts); err != nil {
 		return nil, e.unreachable(ctx, err)
@@ -312,6 +324,9 @@ type objectLook struct {
 	dryRun *unstructured.Unstructured // the object as the apply would leave it
 	live   *unstructured.Unstructured // nil when it does not exist
 	err    error                      // only for what stops the whole diff
+	// pending is true when no dry run can reach the object yet: an
+	// earlier object of the plan creates its namespace or its kind.
+	pending bool
 }
 
 // lookAll looks at every object of an apply stage, e.concurrency at a
@@ -371,7 +386,7 @@ func (e *Executor) diffObject(ctx context.Context, obj *unstructured.Unstructure
 			// Served or created only once an earlier object of the
 			// plan is applied: a create the server cannot check yet.
 			od.Action, od.Note = DiffCreate, why
-			return objectLook{diff: od}
+			return objectLook{diff: od, pending: true}
 		}
 		return e.lookFailed(od, obj, "dry-run", err)
 	}
@@ -427,6 +442,11 @@ func (e *Executor) lookFailed(od ObjectDiff, obj *unstructured.Unstructured, ver
 		od.Action = DiffInvalid
 	}
 	od.Field = invalidField(err)
+	if od.Field == "" {
+		// Server-side apply names a field that does not fit the schema
+		// only in its message.
+		od.Field, _ = typedPatchField(err)
+	}
 	od.File = originFile(obj)
 	return objectLook{diff: od}
 }
@@ -732,7 +752,11 @@ func (d definitions) explains(obj *unstructured.Unstructured, err error) string 
 		return "its CustomResourceDefinition is created by this plan first; the server cannot check it before"
 	}
 	if apierrors.IsNotFound(err) && obj.GetNamespace() != "" && d.namespaces[obj.GetNamespace()] {
-		return "its Namespace is created by this plan first; the server cannot check it before"
+		return noteNamespacePending
 	}
 	return ""
 }
+
+// noteNamespacePending is the note of a create whose namespace an
+// earlier object of the plan creates.
+const noteNamespacePending = "its Namespace is created by this plan first; the server cannot check it before"

@@ -232,11 +232,7 @@ func (e *Executor) Preflight(ctx context.Context, plan *Plan, owner Owner, opts 
 	report.Problems = append(report.Problems, nsProblems...)
 
 	if len(later) > 0 {
-		v, err := e.clusterValidator(ctx, later)
-		if err != nil {
-			return report, err
-		}
-		found, err := checkSchemas(ctx, v, objects, later, opts)
+		found, err := e.checkLater(ctx, objects, later, stageOf, served, owner, opts)
 		if err != nil {
 			return report, err
 		}

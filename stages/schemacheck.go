@@ -24,15 +24,39 @@ import (
 // variable) are not checked.
 func checkSchemas(ctx context.Context, v *schema.Validator, objects []*unstructured.Unstructured, check map[*unstructured.Unstructured]bool,
 	opts PreflightOptions) ([]preflight.Problem, error) {
-	var problems []preflight.Problem
+	found, err := findSchemaProblems(ctx, v, objects, check, opts.Skip)
+	problems := make([]preflight.Problem, len(found))
+	for i, f := range found {
+		problems[i] = f.problem
+		problems[i].Message += inFile(opts.fileOf(f.obj))
+	}
+	return problems, err
+}
+
+// schemaFinding is one problem the schema check found, and the object it
+// is of: one of those checked, or a CustomResourceDefinition the API
+// server would refuse. Its message names no file: the preflight adds it
+// to the message, the diff keeps it apart (ObjectDiff.File) so that
+// problems of one cause in several files group as one.
+type schemaFinding struct {
+	obj     *unstructured.Unstructured
+	problem preflight.Problem
+}
+
+// findSchemaProblems is checkSchemas, each problem with its object: the
+// preflight lists the problems, the diff marks the objects. Objects skip
+// reports true for are not checked.
+func findSchemaProblems(ctx context.Context, v *schema.Validator, objects []*unstructured.Unstructured, check map[*unstructured.Unstructured]bool,
+	skip func(*unstructured.Unstructured) bool) ([]schemaFinding, error) {
+	var findings []schemaFinding
 	for _, obj := range objects {
 		if isCRD(obj) {
 			if err := v.AddCRD(obj); err != nil {
-				problems = append(problems, preflight.Problem{Object: problemRef(obj), Field: "spec.versions",
-					Message: fmt.Sprintf("the API server would refuse this CustomResourceDefinition: %v; fix its openAPIV3Schema%s", err, inFile(opts.fileOf(obj)))})
+				findings = append(findings, schemaFinding{obj: obj, problem: preflight.Problem{Object: problemRef(obj), Field: "spec.versions",
+					Message: fmt.Sprintf("the API server would refuse this CustomResourceDefinition: %v; fix its openAPIV3Schema", err)}})
 			}
 		}
-		if !check[obj] || (opts.Skip != nil && opts.Skip(obj)) {
+		if !check[obj] || (skip != nil && skip(obj)) {
 			continue
 		}
 		found, err := v.Validate(ctx, obj)
@@ -40,10 +64,55 @@ func checkSchemas(ctx context.Context, v *schema.Validator, objects []*unstructu
 			continue
 		}
 		if err != nil {
-			return problems, fmt.Errorf("check %s against its schema: %w", problemRef(obj), err)
+			return findings, fmt.Errorf("check %s against its schema: %w", problemRef(obj), err)
 		}
 		for _, p := range found {
-			problems = append(problems, schemaProblem(obj, p, opts.fileOf(obj)))
+			findings = append(findings, schemaFinding{obj: obj, problem: schemaProblem(obj, p)})
+		}
+	}
+	return findings, nil
+}
+
+// checkLater checks the objects no dry run can reach where they will
+// live (later: an earlier stage creates their namespace or their kind)
+// against their schemas, and those the schema check passes whose kind
+// the cluster serves already in a stand-in namespace (dryRunElsewhere),
+// for what only the API server knows.
+func (e *Executor) checkLater(ctx context.Context, objects []*unstructured.Unstructured, later map[*unstructured.Unstructured]bool,
+	stageOf map[*unstructured.Unstructured]string, served ServedAPIs, owner Owner, opts PreflightOptions) ([]preflight.Problem, error) {
+	v, err := e.clusterValidator(ctx, later)
+	if err != nil {
+		return nil, err
+	}
+	found, err := findSchemaProblems(ctx, v, objects, later, opts.Skip)
+	if err != nil {
+		return nil, err
+	}
+	var problems []preflight.Problem
+	flagged := map[*unstructured.Unstructured]bool{}
+	for _, f := range found {
+		p := f.problem
+		p.Message += inFile(opts.fileOf(f.obj))
+		problems = append(problems, p)
+		flagged[f.obj] = true
+	}
+	var elsewhere []*unstructured.Unstructured
+	redefined := crdKinds(objects)
+	for _, obj := range objects {
+		if later[obj] && !flagged[obj] && obj.GetNamespace() != "" && servesVersion(served, obj.GroupVersionKind()) &&
+			!redefined[obj.GroupVersionKind().GroupKind()] && (opts.Skip == nil || !opts.Skip(obj)) {
+			elsewhere = append(elsewhere, obj)
+		}
+	}
+	refused, err := e.dryRunElsewhere(ctx, elsewhere, func(obj *unstructured.Unstructured) string { return stageOf[obj] }, owner, owner.Namespace)
+	if err != nil {
+		return problems, err
+	}
+	for i, err := range refused {
+		if err != nil {
+			obj := elsewhere[i]
+			problems = append(problems, preflight.Problem{Object: problemRef(obj), Field: invalidField(err),
+				Message: standInMessage(err, owner.Namespace) + inFile(opts.fileOf(obj))})
 		}
 	}
 	return problems, nil
@@ -51,7 +120,7 @@ func checkSchemas(ctx context.Context, v *schema.Validator, objects []*unstructu
 
 // schemaProblem words what the schema check found as the dry run words
 // what the API server answers.
-func schemaProblem(obj *unstructured.Unstructured, p schema.Problem, file string) preflight.Problem {
+func schemaProblem(obj *unstructured.Unstructured, p schema.Problem) preflight.Problem {
 	msg := "does not fit the schema of " + obj.GetAPIVersion() + " " + obj.GetKind() + ": " + p.Message
 	switch {
 	case p.Message == "field not declared in schema":
@@ -59,7 +128,7 @@ func schemaProblem(obj *unstructured.Unstructured, p schema.Problem, file string
 	case strings.HasPrefix(p.Message, "Required value"):
 		msg = fmt.Sprintf("the schema of %s %s requires this field; set it", obj.GetAPIVersion(), obj.GetKind())
 	}
-	return preflight.Problem{Object: problemRef(obj), Field: p.Field, Message: "schema check: " + msg + inFile(file)}
+	return preflight.Problem{Object: problemRef(obj), Field: p.Field, Message: "schema check: " + msg}
 }
 
 // openAPIer is a cluster connection that can list the OpenAPI documents

@@ -131,6 +131,14 @@ func TestDiffCommand(t *testing.T) {
 			golden: "diff/invalid.txt",
 		},
 		{
+			name: "an object whose namespace the revision creates is checked in the deployment's namespace; exits 1",
+			args: args("--deployment", "capstan-system/shop", "newns"),
+			code: diffExitChanges,
+			lines: []string{"Deployment shop-next/web: invalid (in testdata/diff/newns/shop.yaml) at spec.replicas: the API server refuses the object " +
+				"(dry run in namespace capstan-system, its own being created by an earlier stage): " +
+				`Deployment.apps "web" is invalid: spec.replicas: Invalid value: -1: must be greater than or equal to 0`},
+		},
+		{
 			name:  "a path that does not render exits 2",
 			args:  args("--deployment", "capstan-system/shop", "broken"),
 			code:  diffExitError,

@@ -50,6 +50,17 @@ var (
 // substitutions, and the files committed.
 func mgmtExample(t *testing.T, ns string, vars map[string]string) (*capstanv1.ClusterDeployment, map[string]string) {
 	t.Helper()
+	files := exampleFiles(t, ns)
+	cd := exampleDeployment(t, ns, vars)
+	cd.Spec.Source = commit(t, ns, files, "the mgmt example")
+	return cd, files
+}
+
+// exampleFiles reads the mgmt example's files (its overlay, its upgrade
+// and the Metal3 base) for a commit, with the overlay's namespace, which
+// its namespace.yaml creates, moved to target.
+func exampleFiles(t *testing.T, target string) map[string]string {
+	t.Helper()
 	files := map[string]string{}
 	for _, dir := range []string{"bases/metal3-cluster", "clusters/mgmt/overlay", "clusters/mgmt/upgrade"} {
 		entries, err := os.ReadDir(filepath.Join("..", "..", "examples", dir))
@@ -64,9 +75,16 @@ func mgmtExample(t *testing.T, ns string, vars map[string]string) (*capstanv1.Cl
 			files[dir+"/"+e.Name()] = string(content)
 		}
 	}
-	files["clusters/mgmt/overlay/kustomization.yaml"] = strings.Replace(files["clusters/mgmt/overlay/kustomization.yaml"], "namespace: mgmt", "namespace: "+ns, 1)
-	files["clusters/mgmt/upgrade/kustomization.yaml"] = strings.Replace(files["clusters/mgmt/upgrade/kustomization.yaml"], "namespace: mgmt", "namespace: "+ns, 1)
-	files["clusters/mgmt/overlay/namespace.yaml"] = strings.Replace(files["clusters/mgmt/overlay/namespace.yaml"], "name: mgmt", "name: "+ns, 1)
+	files["clusters/mgmt/overlay/kustomization.yaml"] = strings.Replace(files["clusters/mgmt/overlay/kustomization.yaml"], "namespace: mgmt", "namespace: "+target, 1)
+	files["clusters/mgmt/upgrade/kustomization.yaml"] = strings.Replace(files["clusters/mgmt/upgrade/kustomization.yaml"], "namespace: mgmt", "namespace: "+target, 1)
+	files["clusters/mgmt/overlay/namespace.yaml"] = strings.Replace(files["clusters/mgmt/overlay/namespace.yaml"], "name: mgmt", "name: "+target, 1)
+	return files
+}
+
+// exampleDeployment is the mgmt example's ClusterDeployment, in ns, with
+// vars added to its substitutions and no source yet.
+func exampleDeployment(t *testing.T, ns string, vars map[string]string) *capstanv1.ClusterDeployment {
+	t.Helper()
 	cd := &capstanv1.ClusterDeployment{}
 	raw, err := os.ReadFile("../../examples/clusters/mgmt/clusterdeployment.yaml")
 	if err != nil {
@@ -77,8 +95,7 @@ func mgmtExample(t *testing.T, ns string, vars map[string]string) (*capstanv1.Cl
 	}
 	cd.Namespace = ns
 	maps.Copy(cd.Spec.Substitute, vars)
-	cd.Spec.Source = commit(t, ns, files, "the mgmt example")
-	return cd, files
+	return cd
 }
 
 // commit commits files to a new repository named after ns and returns the
