@@ -233,3 +233,53 @@ func TestApplyCreatesWhatThePreflightFoundAbsent(t *testing.T) {
 		t.Errorf("late-cm-01: v = %v, want theirs: left as its writer made it", v)
 	}
 }
+
+// TestPreflightRemembersTheNamespacesItFound: deployments in one
+// namespace (a fleet) have it looked up once, not once each, by the
+// executor and by those As makes for their ServiceAccounts; a namespace
+// that does not exist is asked again (and named), since only "it exists"
+// is remembered.
+func TestPreflightRemembersTheNamespacesItFound(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := testContext(t)
+	c, log := newClient(t)
+	e := stages.NewExecutor(c)
+	nsPath := "/api/v1/namespaces/" + ns
+	lookups := func(mark int, path string) int {
+		n := 0
+		for _, r := range log.since(mark) {
+			if r.method == "GET" && r.path == path {
+				n++
+			}
+		}
+		return n
+	}
+	mark := log.mark()
+	for i := range 3 {
+		plan := &stages.Plan{Stages: []stages.Stage{configStage("Config", configMaps(ns, 2, fmt.Sprint(i)))}}
+		ex := e
+		if i == 2 {
+			ex = e.As(c, ns+"/deployer")
+		}
+		if report, err := ex.Preflight(ctx, plan, owner, stages.PreflightOptions{}); err != nil || report.Err() != nil {
+			t.Fatalf("Preflight = %v, %v", report.Problems, err)
+		}
+	}
+	if got := lookups(mark, nsPath); got != 1 {
+		t.Errorf("namespace %s looked up %d times by three preflights, want 1", ns, got)
+	}
+
+	missing := ns + "-missing"
+	mark = log.mark()
+	for range 2 {
+		objs := configMaps(missing, 1, "a")
+		plan := &stages.Plan{Stages: []stages.Stage{configStage("Config", objs)}}
+		report, err := e.Preflight(ctx, plan, owner, stages.PreflightOptions{})
+		if err != nil || report.Err() == nil || !strings.Contains(report.Err().Error(), missing) {
+			t.Fatalf("Preflight in a missing namespace = %v, %v; want a problem naming %s", report.Problems, err, missing)
+		}
+	}
+	if got := lookups(mark, "/api/v1/namespaces/"+missing); got != 2 {
+		t.Errorf("missing namespace looked up %d times by two preflights, want 2: absence is not remembered", got)
+	}
+}

@@ -94,6 +94,9 @@ type Executor struct {
 	// batchTimeout bounds each batch of API requests (an apply wave: its
 	// look, dry runs and applies); zero: ctx alone (RunOptions.BatchTimeout).
 	batchTimeout time.Duration
+	// namespaces remembers the namespaces the preflight found in the
+	// cluster Capstan runs in, shared by the executors On and As make.
+	namespaces *namespaceMemo
 }
 
 // ExecutorOption configures an Executor.
@@ -111,7 +114,7 @@ func WithConcurrency(n int) ExecutorOption {
 // NewExecutor returns an Executor that acts on the cluster Capstan runs
 // in, through c.
 func NewExecutor(c client.WithWatch, opts ...ExecutorOption) *Executor {
-	e := &Executor{home: c, concurrency: 16}
+	e := &Executor{home: c, concurrency: 16, namespaces: &namespaceMemo{}}
 	e.bind(LocalCluster(c))
 	for _, o := range opts {
 		o(e)

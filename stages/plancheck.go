@@ -297,10 +297,15 @@ func (e *Executor) checkNamespaces(ctx context.Context, objects []*unstructured.
 		if v, ok := exists[ns]; ok {
 			return v, nil
 		}
+		if e.namespaces.found(e, ns, time.Now()) {
+			exists[ns] = true
+			return true, nil
+		}
 		err := e.client.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
 		switch {
 		case err == nil:
 			exists[ns] = true
+			e.namespaces.saw(e, ns, time.Now())
 		case apierrors.IsNotFound(err):
 			exists[ns] = false
 		case apierrors.IsForbidden(err):
