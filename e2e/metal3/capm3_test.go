@@ -76,6 +76,7 @@ func mgmtExample(t *testing.T, ns string, vars map[string]string) (*capstanv1.Cl
 		t.Fatalf("examples/clusters/mgmt/clusterdeployment.yaml: %v", err)
 	}
 	cd.Namespace = ns
+	createDemoKeySecret(t, ns) // its BMC credentials are encrypted for the demo key
 	maps.Copy(cd.Spec.Substitute, vars)
 	cd.Spec.Source = commit(t, ns, files, "the mgmt example")
 	return cd, files
