@@ -345,13 +345,20 @@ func documentObjects(data []byte) string {
 	return strings.Join(names, ", ")
 }
 
-// annotateDecrypted marks the objects that came from a decrypted file.
-func (d *decryptor) annotateDecrypted(res *Result) {
+// annotateDecrypted marks the objects that came from a decrypted file:
+// a YAML or JSON document's, or one a generator read (sources says which
+// generator made which object), so that a generated Secret gets every
+// redaction a decrypted document gets.
+func (d *decryptor) annotateDecrypted(res *Result, sources *sopsSources) {
 	if d == nil || len(d.decrypted) == 0 {
 		return
 	}
 	for i, obj := range res.Objects {
-		if i < len(res.Files) && d.decrypted[path.Clean(res.Files[i])] {
+		if i >= len(res.Files) || res.Files[i] == "" {
+			continue
+		}
+		f := path.Clean(res.Files[i])
+		if d.decrypted[f] || sources.generatedDecrypted(f, obj.GetKind(), obj.GetName(), d.decrypted) {
 			ann := obj.GetAnnotations()
 			if ann == nil {
 				ann = map[string]string{}

@@ -137,6 +137,9 @@ func TestDecryptRendersPlaintext(t *testing.T) {
 					t.Errorf("sops metadata key %s reached the Secret", k)
 				}
 			}
+			if !IsDecrypted(s.GetAnnotations()) {
+				t.Errorf("generated Secret not marked %s", DecryptedAnnotation)
+			}
 		},
 	}, {
 		name: "a secretGenerator binary file",
@@ -154,6 +157,9 @@ func TestDecryptRendersPlaintext(t *testing.T) {
 			if want := append([]byte{0, 1, 2, 0xff}, []byte(planted)...); !bytes.Equal(got, want) {
 				t.Errorf("key.der = %q, want %q", got, want)
 			}
+			if !IsDecrypted(s.GetAnnotations()) {
+				t.Errorf("generated Secret not marked %s", DecryptedAnnotation)
+			}
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -163,6 +169,51 @@ func TestDecryptRendersPlaintext(t *testing.T) {
 			}
 			tc.check(t, res)
 		})
+	}
+}
+
+// A Secret a secretGenerator makes is marked decrypted when one file it
+// reads was decrypted, among plaintext ones too, through a namePrefix and
+// the hash suffix; a generator beside it that reads only plaintext is
+// not, nor is a plaintext Secret document.
+func TestDecryptMarksGeneratedSecrets(t *testing.T) {
+	ageKey := newAgeKey(t)
+	fsys := fstest.MapFS{
+		"kustomization.yaml": file([]byte(`namePrefix: edge-
+resources: [plain.yaml]
+secretGenerator:
+- name: bmc
+  envs: [bmc.env]
+  files: [motd.txt]
+- name: bmc-banner
+  files: [motd.txt]
+`)),
+		"bmc.env":    file(encryptSops(t, formatDotenv, []byte("PASSWORD="+planted+"\n"), "", recipient{age: ageKey})),
+		"motd.txt":   file([]byte("welcome\n")),
+		"plain.yaml": file([]byte("apiVersion: v1\nkind: Secret\nmetadata: {name: bmc-notes}\nstringData: {note: hello}\n")),
+	}
+	res, err := decryptBuild(t, fsys, keysOf(t, ageKey))
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	for name, want := range map[string]bool{"edge-bmc-": true, "edge-bmc-banner-": false, "edge-bmc-notes": false} {
+		var found *unstructured.Unstructured
+		for _, o := range res.Objects {
+			if o.GetKind() != "Secret" {
+				continue
+			}
+			// edge-bmc- prefixes the others' names: match the whole name
+			// but the hash suffix.
+			if n := o.GetName(); n == name || strings.HasSuffix(name, "-") && strings.HasPrefix(n, name) && len(n) == len(name)+10 {
+				found = o
+			}
+		}
+		if found == nil {
+			t.Fatalf("no Secret %s* among %d objects", name, len(res.Objects))
+		}
+		if got := IsDecrypted(found.GetAnnotations()); got != want {
+			t.Errorf("Secret %s marked decrypted = %v, want %v", found.GetName(), got, want)
+		}
 	}
 }
 
