@@ -291,6 +291,7 @@ func (d *decryptor) file(p string, data []byte) []byte {
 		return data
 	}
 	object := d.sources[p]
+	generated := object != ""
 	if object == "" && f != formatDotenv && f != formatBinary {
 		object = documentObjects(data)
 	}
@@ -298,7 +299,10 @@ func (d *decryptor) file(p string, data []byte) []byte {
 		d.fail(p, object, &DecryptError{Reason: ReasonDecryptionMetadataMissing, Err: errors.New("holds sops-encrypted values (ENC[...]) but no sops metadata block; encrypt the whole file again with sops")})
 		return data
 	}
-	if strings.HasPrefix(object, "ConfigMap/") {
+	// A ConfigMap document sops encrypted is decrypted like any other
+	// document (and marked); only a generator would spread the values of
+	// a file into a ConfigMap nothing handles as secret.
+	if generated && strings.HasPrefix(object, "ConfigMap/") {
 		d.fail(p, object, &DecryptError{Reason: ReasonDecryptionFailed, Err: errors.New("a configMapGenerator reads this sops-encrypted file; use a secretGenerator, so that the values are handled as secrets")})
 		return data
 	}

@@ -104,6 +104,24 @@ func TestDecryptRendersPlaintext(t *testing.T) {
 			}
 		},
 	}, {
+		name: "a ConfigMap document, its data encrypted",
+		fsys: func(t *testing.T) fstest.MapFS {
+			cm := []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: vendor}\ndata: {token: " + planted + "}\n")
+			return fstest.MapFS{
+				"kustomization.yaml": file([]byte("resources: [vendor.yaml]\n")),
+				"vendor.yaml":        file(encryptSops(t, formatYAML, cm, "^data$", recipient{age: ageKey})),
+			}
+		},
+		check: func(t *testing.T, res *Result) {
+			o := findObject(t, res.Objects, "ConfigMap", "vendor")
+			if got, _, _ := unstructured.NestedString(o.Object, "data", "token"); got != planted {
+				t.Errorf("data.token = %q, want the plaintext", got)
+			}
+			if !IsDecrypted(o.GetAnnotations()) {
+				t.Errorf("decrypted ConfigMap not marked %s", DecryptedAnnotation)
+			}
+		},
+	}, {
 		name: "a JSON document, age and OpenPGP recipients, only the PGP key held",
 		fsys: func(t *testing.T) fstest.MapFS {
 			js := []byte(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"token"},"stringData":{"token":"` + planted + `"}}`)
