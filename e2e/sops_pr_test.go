@@ -125,7 +125,7 @@ func TestSopsPlaintextStaysOutOfReports(t *testing.T) {
 		t.Fatal(err)
 	}
 	comment := waitComment(t, s, repo, pr.Number, "the plan of the head", func(b string) bool { return strings.Contains(b, head) })
-	for _, want := range []string{"Secret/" + ns + "/bmc-credentials", "data.password: (changed)", "ConfigMap/" + ns + "/bmc-vendor", `data.hosts: "2" -> "3"`} {
+	for _, want := range []string{"**Secrets that change** (their values are never shown): `Secret/" + ns + "/bmc-credentials` (changed).", "data.password: (changed)", "ConfigMap/" + ns + "/bmc-vendor", `data.hosts: "2" -> "3"`} {
 		if !strings.Contains(comment.Body, want) {
 			t.Errorf("the plan lacks %q:\n%s", want, comment.Body)
 		}

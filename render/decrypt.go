@@ -378,3 +378,21 @@ func (d *decryptor) annotateDecrypted(res *Result, sources *sopsSources) {
 func IsDecrypted(annotations map[string]string) bool {
 	return annotations[DecryptedAnnotation] == "true"
 }
+
+// DecryptFile returns the plaintext of the sops file p as a build reads
+// it, for tools and tests that must rewrite an encrypted file (decrypt,
+// edit, encrypt again, as `sops edit` does); content that sops did not
+// encrypt is returned as it is. Its errors are *DecryptError.
+func DecryptFile(p string, data []byte, keys *Keys) ([]byte, error) {
+	switch f := detect(p, data); f {
+	case formatPlain:
+		return data, nil
+	case formatNoMetadata:
+		return nil, &DecryptError{Reason: ReasonDecryptionMetadataMissing, Err: errors.New("holds sops-encrypted values (ENC[...]) but no sops metadata block")}
+	default:
+		if keys == nil {
+			keys = &Keys{}
+		}
+		return decryptSops(f, data, keys)
+	}
+}

@@ -426,3 +426,23 @@ func TestParseKeysRefusesUnusableKeys(t *testing.T) {
 		})
 	}
 }
+
+// DecryptFile opens one file as a build would, leaves plaintext alone,
+// and names the recipients when the key is not one of them.
+func TestDecryptFile(t *testing.T) {
+	key := newAgeKey(t)
+	enc := encryptSops(t, formatYAML, []byte(bmcSecret), "^(data|stringData)$", recipient{age: key})
+	plain, err := DecryptFile("bmc.yaml", enc, keysOf(t, key))
+	if err != nil || !strings.Contains(string(plain), planted) || strings.Contains(string(plain), "sops:") {
+		t.Errorf("DecryptFile = %q, %v; want the plaintext without the sops block", plain, err)
+	}
+	if same, err := DecryptFile("bmc.yaml", []byte(bmcSecret), nil); err != nil || string(same) != bmcSecret {
+		t.Errorf("a plaintext file: %q, %v", same, err)
+	}
+	other := newAgeKey(t)
+	_, err = DecryptFile("bmc.yaml", enc, keysOf(t, other))
+	var de *DecryptError
+	if !errors.As(err, &de) || de.Reason != ReasonDecryptionKeyMismatch || !strings.Contains(err.Error(), key.Recipient().String()) {
+		t.Errorf("wrong key: %v, want %s naming the recipient", err, ReasonDecryptionKeyMismatch)
+	}
+}
