@@ -4,4 +4,4 @@
 // already are left as they are.
 package examples
 
-//go:generate go run ../internal/sopstest/sopsencrypt -key DEMO-KEY-NOT-SECRET.agekey clusters/mgmt/overlay/bmc-credentials.yaml clusters/workload-east/overlay/bmc-credentials.yaml
+//go:generate go run ../internal/sopstest/sopsencrypt -key DEMO-KEY-NOT-SECRET.agekey clusters/mgmt/overlay/bmc-credentials.yaml clusters/workload-east/overlay/bmc-credentials.yaml clusters/bootstrap/overlay/cluster/bmc-credentials.yaml clusters/bootstrap/overlay/target/iam-admin.yaml
