@@ -109,6 +109,8 @@ func exampleBootstrap(t *testing.T, ns string) *bootstrapCluster {
 	cd.Spec.Source = &capstanv1.SourceSpec{Git: &capstanv1.GitSource{
 		URL: url, SecretRef: &capstanv1.LocalObjectReference{Name: gitSecret(t, newClient(t), ns)},
 	}}
+	// Its BMC and IAM credentials are encrypted for the demo key.
+	createDemoKeySecret(t, newClient(t), ns)
 	b.cd = cd
 	return b
 }
@@ -471,6 +473,16 @@ func watchStagesOn(t *testing.T, cfg *rest.Config, ns, name string) *stageWatch 
 
 func assertStageOrder(t *testing.T, where string, sw *stageWatch, want []string) {
 	t.Helper()
+	// The watch may lag the poll that saw the last stage Ready: give it
+	// until a deadline to have seen as many, then judge what it saw.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		sw.mu.Lock()
+		seen := len(sw.readyOrder)
+		sw.mu.Unlock()
+		if seen >= len(want) {
+			break
+		}
+	}
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
 	if !slices.Equal(sw.readyOrder, want) {

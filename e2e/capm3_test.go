@@ -84,6 +84,8 @@ func exampleMgmt(t *testing.T, ns string) *capstanv1.ClusterDeployment {
 		t.Fatalf("examples/clusters/mgmt/clusterdeployment.yaml: %v", err)
 	}
 	cd.Namespace = ns
+	// Its BMC credentials are encrypted for the demo key.
+	createDemoKeySecret(t, c, ns)
 	cd.Spec.Source = &capstanv1.SourceSpec{Git: &capstanv1.GitSource{
 		URL: url, SecretRef: &capstanv1.LocalObjectReference{Name: gitSecret(t, c, ns)},
 	}}

@@ -105,9 +105,11 @@ func capstanBinary(t *testing.T) string {
 	return built.path
 }
 
-// `capstan dev --dir` reads a directory in place: an edit to a file shows
-// up as a new revision within a second, and the cluster is walked to Ready
-// again at it. Ctrl-C then stops it, leaving nothing behind.
+// `capstan dev --dir` reads a directory in place: the example's
+// encrypted BMC credentials are live in plaintext, decrypted with the demo
+// key; an edit to them (encrypted again) shows up as a new revision within
+// a second, and the cluster is walked to Ready again at it with the new
+// plaintext live. Ctrl-C then stops it, leaving nothing behind.
 func TestDevDirShowsAnEditWithinASecond(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a second control plane")
@@ -116,15 +118,22 @@ func TestDevDirShowsAnEditWithinASecond(t *testing.T) {
 	defer cancel()
 	dir := copyExamples(t)
 	d := startDev(ctx, t, "dev", "--dir", dir, "--sim-speed", "10")
+	kubeconfig := devKubeconfigPath(d.waitLine("the export line", func(l string) bool { return strings.Contains(l, "export KUBECONFIG=") }))
 	d.waitLine("every deployment Ready", func(l string) bool { return strings.Contains(l, "after start") })
 	children := d.processes()
+	// The example's BMC credentials are committed encrypted for the demo
+	// key; dev made the key Secret, and the live Secret holds the plaintext.
+	checkDevBMCPassword(ctx, t, kubeconfig, "mgmt-cp-0", "demo-password-mgmt-cp-0")
 
+	// The edit an operator makes with `sops edit`: new passwords, the file
+	// encrypted again.
 	edited := time.Now()
-	replaceInFile(t, filepath.Join(dir, devHostsFile), "password: change-me", "password: rotated")
+	rewriteDevCredentials(t, dir, "rotated")
 	d.waitLine("a new revision", func(l string) bool { return strings.Contains(l, "new revision") })
 	seen := time.Since(edited)
 	d.waitLine("Ready at the new revision", func(l string) bool { return strings.Contains(l, "mgmt is Ready at") })
 	t.Logf("edit -> new revision shown in %s, Ready again in %s", seen.Round(time.Millisecond), time.Since(edited).Round(time.Millisecond))
+	checkDevBMCPassword(ctx, t, kubeconfig, "mgmt-cp-0", "rotated-mgmt-cp-0")
 
 	if err := d.cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)

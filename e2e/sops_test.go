@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"io/fs"
 	"os"
@@ -12,11 +11,6 @@ import (
 	"time"
 
 	"filippo.io/age"
-	"github.com/getsops/sops/v3"
-	sopsaes "github.com/getsops/sops/v3/aes"
-	sopsage "github.com/getsops/sops/v3/age"
-	"github.com/getsops/sops/v3/config"
-	sopsyaml "github.com/getsops/sops/v3/stores/yaml"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,51 +19,17 @@ import (
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/internal/gitserver"
+	"github.com/capstan-dev/capstan/internal/sopstest"
 	"github.com/capstan-dev/capstan/reconciler"
 	"github.com/capstan-dev/capstan/render"
 )
 
 // sopsEncryptYAML encrypts a YAML file as `sops encrypt --age` does, with
-// the sops library: the values of data and stringData, for recipients.
+// the sops library (internal/sopstest): the values of data and
+// stringData, for recipients.
 func sopsEncryptYAML(t *testing.T, plain string, recipients ...*age.X25519Identity) string {
 	t.Helper()
-	st := sopsyaml.NewStore(&config.YAMLStoreConfig{})
-	branches, err := st.LoadPlainFile([]byte(plain))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dataKey := make([]byte, 32)
-	if _, err := rand.Read(dataKey); err != nil {
-		t.Fatal(err)
-	}
-	var group sops.KeyGroup
-	for _, r := range recipients {
-		k, err := sopsage.MasterKeyFromRecipient(r.Recipient().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := k.Encrypt(dataKey); err != nil {
-			t.Fatal(err)
-		}
-		group = append(group, k)
-	}
-	tree := sops.Tree{Branches: branches, Metadata: sops.Metadata{
-		KeyGroups: []sops.KeyGroup{group}, EncryptedRegex: "^(data|stringData)$", Version: "3.13.3",
-	}}
-	cipher := sopsaes.NewCipher()
-	mac, err := tree.Encrypt(dataKey, cipher)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tree.Metadata.LastModified = time.Now().UTC()
-	if tree.Metadata.MessageAuthenticationCode, err = cipher.Encrypt(mac, dataKey, tree.Metadata.LastModified.Format(time.RFC3339)); err != nil {
-		t.Fatal(err)
-	}
-	out, err := st.EmitEncryptedFile(tree)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(out)
+	return sopstest.EncryptSecretYAML(t, plain, recipients...)
 }
 
 func bmcSecretYAML(host, password string) string {
@@ -242,14 +202,7 @@ func TestSopsWrongKeyIsStalled(t *testing.T) {
 	}
 }
 
-func sopsKey(t *testing.T) *age.X25519Identity {
-	t.Helper()
-	id, err := age.GenerateX25519Identity()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
+func sopsKey(t *testing.T) *age.X25519Identity { return sopstest.NewAgeKey(t) }
 
 func waitSecretValue(t *testing.T, c client.Client, ns, name, want string) {
 	t.Helper()

@@ -174,7 +174,8 @@ func (p *prPlanner) PlanHead(ctx context.Context, cd *capstanv1.ClusterDeploymen
 }
 
 // plan renders and plans a fetched tree within the daemon's limits and
-// render slots, with the bootstrap key substituted as a reconcile does.
+// render slots, with the bootstrap key substituted and the sops files
+// decrypted as a reconcile does.
 func (p *prPlanner) plan(ctx context.Context, cd *capstanv1.ClusterDeployment, fsys fs.FS) (*stages.Plan, error) {
 	c := p.r.sources
 	opts := render.DefaultOptions()
@@ -185,6 +186,17 @@ func (p *prPlanner) plan(ctx context.Context, cd *capstanv1.ClusterDeployment, f
 	}
 	if key != "" {
 		opts.Substitute = map[string]string{stages.BootstrapKeyVar: key}
+	}
+	// Encrypted files are decrypted as a reconcile decrypts them, in
+	// memory: else the dry run sees ciphertext and every encrypted
+	// object becomes a problem of the plan. What keeps the plaintext out
+	// of the comment is the diff's: a decrypted object's values are
+	// hidden whatever its kind, and every decrypted value is scrubbed
+	// from the text, a copy in another object's field included
+	// (docs/secrets.md, Pull requests). A key Secret that is missing is
+	// the plan's error, as it would stall the merge.
+	if opts.Decrypt, err = p.r.decryptionKeys(ctx, cd); err != nil {
+		return nil, err
 	}
 	select {
 	case c.renders <- struct{}{}:

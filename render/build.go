@@ -166,7 +166,7 @@ func BuildResult(ctx context.Context, fsys fs.FS, opts Options) (*Result, error)
 	}
 	res := &Result{Objects: objs, Files: files}
 	res.noteEncrypted(a.fs.sops.objects(resources, files), opts.Decrypt != nil)
-	a.fs.dec.annotateDecrypted(res)
+	a.fs.dec.annotateDecrypted(res, a.fs.sops)
 	if opts.substitutes() {
 		unset, in, err := substituteAll(ctx, objs, files, opts)
 		if err != nil {

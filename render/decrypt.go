@@ -291,6 +291,7 @@ func (d *decryptor) file(p string, data []byte) []byte {
 		return data
 	}
 	object := d.sources[p]
+	generated := object != ""
 	if object == "" && f != formatDotenv && f != formatBinary {
 		object = documentObjects(data)
 	}
@@ -298,7 +299,10 @@ func (d *decryptor) file(p string, data []byte) []byte {
 		d.fail(p, object, &DecryptError{Reason: ReasonDecryptionMetadataMissing, Err: errors.New("holds sops-encrypted values (ENC[...]) but no sops metadata block; encrypt the whole file again with sops")})
 		return data
 	}
-	if strings.HasPrefix(object, "ConfigMap/") {
+	// A ConfigMap document sops encrypted is decrypted like any other
+	// document (and marked); only a generator would spread the values of
+	// a file into a ConfigMap nothing handles as secret.
+	if generated && strings.HasPrefix(object, "ConfigMap/") {
 		d.fail(p, object, &DecryptError{Reason: ReasonDecryptionFailed, Err: errors.New("a configMapGenerator reads this sops-encrypted file; use a secretGenerator, so that the values are handled as secrets")})
 		return data
 	}
@@ -345,13 +349,20 @@ func documentObjects(data []byte) string {
 	return strings.Join(names, ", ")
 }
 
-// annotateDecrypted marks the objects that came from a decrypted file.
-func (d *decryptor) annotateDecrypted(res *Result) {
+// annotateDecrypted marks the objects that came from a decrypted file:
+// a YAML or JSON document's, or one a generator read (sources says which
+// generator made which object), so that a generated Secret gets every
+// redaction a decrypted document gets.
+func (d *decryptor) annotateDecrypted(res *Result, sources *sopsSources) {
 	if d == nil || len(d.decrypted) == 0 {
 		return
 	}
 	for i, obj := range res.Objects {
-		if i < len(res.Files) && d.decrypted[path.Clean(res.Files[i])] {
+		if i >= len(res.Files) || res.Files[i] == "" {
+			continue
+		}
+		f := path.Clean(res.Files[i])
+		if d.decrypted[f] || sources.generatedDecrypted(f, obj.GetKind(), obj.GetName(), d.decrypted) {
 			ann := obj.GetAnnotations()
 			if ann == nil {
 				ann = map[string]string{}
@@ -366,4 +377,22 @@ func (d *decryptor) annotateDecrypted(res *Result) {
 // file, so that it must be handled as a secret whatever its kind.
 func IsDecrypted(annotations map[string]string) bool {
 	return annotations[DecryptedAnnotation] == "true"
+}
+
+// DecryptFile returns the plaintext of the sops file p as a build reads
+// it, for tools and tests that must rewrite an encrypted file (decrypt,
+// edit, encrypt again, as `sops edit` does); content that sops did not
+// encrypt is returned as it is. Its errors are *DecryptError.
+func DecryptFile(p string, data []byte, keys *Keys) ([]byte, error) {
+	switch f := detect(p, data); f {
+	case formatPlain:
+		return data, nil
+	case formatNoMetadata:
+		return nil, &DecryptError{Reason: ReasonDecryptionMetadataMissing, Err: errors.New("holds sops-encrypted values (ENC[...]) but no sops metadata block")}
+	default:
+		if keys == nil {
+			keys = &Keys{}
+		}
+		return decryptSops(f, data, keys)
+	}
 }

@@ -104,6 +104,24 @@ func TestDecryptRendersPlaintext(t *testing.T) {
 			}
 		},
 	}, {
+		name: "a ConfigMap document, its data encrypted",
+		fsys: func(t *testing.T) fstest.MapFS {
+			cm := []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: vendor}\ndata: {token: " + planted + "}\n")
+			return fstest.MapFS{
+				"kustomization.yaml": file([]byte("resources: [vendor.yaml]\n")),
+				"vendor.yaml":        file(encryptSops(t, formatYAML, cm, "^data$", recipient{age: ageKey})),
+			}
+		},
+		check: func(t *testing.T, res *Result) {
+			o := findObject(t, res.Objects, "ConfigMap", "vendor")
+			if got, _, _ := unstructured.NestedString(o.Object, "data", "token"); got != planted {
+				t.Errorf("data.token = %q, want the plaintext", got)
+			}
+			if !IsDecrypted(o.GetAnnotations()) {
+				t.Errorf("decrypted ConfigMap not marked %s", DecryptedAnnotation)
+			}
+		},
+	}, {
 		name: "a JSON document, age and OpenPGP recipients, only the PGP key held",
 		fsys: func(t *testing.T) fstest.MapFS {
 			js := []byte(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"token"},"stringData":{"token":"` + planted + `"}}`)
@@ -137,6 +155,9 @@ func TestDecryptRendersPlaintext(t *testing.T) {
 					t.Errorf("sops metadata key %s reached the Secret", k)
 				}
 			}
+			if !IsDecrypted(s.GetAnnotations()) {
+				t.Errorf("generated Secret not marked %s", DecryptedAnnotation)
+			}
 		},
 	}, {
 		name: "a secretGenerator binary file",
@@ -154,6 +175,9 @@ func TestDecryptRendersPlaintext(t *testing.T) {
 			if want := append([]byte{0, 1, 2, 0xff}, []byte(planted)...); !bytes.Equal(got, want) {
 				t.Errorf("key.der = %q, want %q", got, want)
 			}
+			if !IsDecrypted(s.GetAnnotations()) {
+				t.Errorf("generated Secret not marked %s", DecryptedAnnotation)
+			}
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -163,6 +187,51 @@ func TestDecryptRendersPlaintext(t *testing.T) {
 			}
 			tc.check(t, res)
 		})
+	}
+}
+
+// A Secret a secretGenerator makes is marked decrypted when one file it
+// reads was decrypted, among plaintext ones too, through a namePrefix and
+// the hash suffix; a generator beside it that reads only plaintext is
+// not, nor is a plaintext Secret document.
+func TestDecryptMarksGeneratedSecrets(t *testing.T) {
+	ageKey := newAgeKey(t)
+	fsys := fstest.MapFS{
+		"kustomization.yaml": file([]byte(`namePrefix: edge-
+resources: [plain.yaml]
+secretGenerator:
+- name: bmc
+  envs: [bmc.env]
+  files: [motd.txt]
+- name: bmc-banner
+  files: [motd.txt]
+`)),
+		"bmc.env":    file(encryptSops(t, formatDotenv, []byte("PASSWORD="+planted+"\n"), "", recipient{age: ageKey})),
+		"motd.txt":   file([]byte("welcome\n")),
+		"plain.yaml": file([]byte("apiVersion: v1\nkind: Secret\nmetadata: {name: bmc-notes}\nstringData: {note: hello}\n")),
+	}
+	res, err := decryptBuild(t, fsys, keysOf(t, ageKey))
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	for name, want := range map[string]bool{"edge-bmc-": true, "edge-bmc-banner-": false, "edge-bmc-notes": false} {
+		var found *unstructured.Unstructured
+		for _, o := range res.Objects {
+			if o.GetKind() != "Secret" {
+				continue
+			}
+			// edge-bmc- prefixes the others' names: match the whole name
+			// but the hash suffix.
+			if n := o.GetName(); n == name || strings.HasSuffix(name, "-") && strings.HasPrefix(n, name) && len(n) == len(name)+10 {
+				found = o
+			}
+		}
+		if found == nil {
+			t.Fatalf("no Secret %s* among %d objects", name, len(res.Objects))
+		}
+		if got := IsDecrypted(found.GetAnnotations()); got != want {
+			t.Errorf("Secret %s marked decrypted = %v, want %v", found.GetName(), got, want)
+		}
 	}
 }
 
@@ -355,5 +424,25 @@ func TestParseKeysRefusesUnusableKeys(t *testing.T) {
 				t.Errorf("error quotes the key: %v", err)
 			}
 		})
+	}
+}
+
+// DecryptFile opens one file as a build would, leaves plaintext alone,
+// and names the recipients when the key is not one of them.
+func TestDecryptFile(t *testing.T) {
+	key := newAgeKey(t)
+	enc := encryptSops(t, formatYAML, []byte(bmcSecret), "^(data|stringData)$", recipient{age: key})
+	plain, err := DecryptFile("bmc.yaml", enc, keysOf(t, key))
+	if err != nil || !strings.Contains(string(plain), planted) || strings.Contains(string(plain), "sops:") {
+		t.Errorf("DecryptFile = %q, %v; want the plaintext without the sops block", plain, err)
+	}
+	if same, err := DecryptFile("bmc.yaml", []byte(bmcSecret), nil); err != nil || string(same) != bmcSecret {
+		t.Errorf("a plaintext file: %q, %v", same, err)
+	}
+	other := newAgeKey(t)
+	_, err = DecryptFile("bmc.yaml", enc, keysOf(t, other))
+	var de *DecryptError
+	if !errors.As(err, &de) || de.Reason != ReasonDecryptionKeyMismatch || !strings.Contains(err.Error(), key.Recipient().String()) {
+		t.Errorf("wrong key: %v, want %s naming the recipient", err, ReasonDecryptionKeyMismatch)
 	}
 }

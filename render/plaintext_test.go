@@ -13,19 +13,22 @@ func TestFromEncrypted(t *testing.T) {
 	ageKey := newAgeKey(t)
 	env := encryptSops(t, formatDotenv, []byte("PASSWORD="+planted+"\n"), "", recipient{age: ageKey})
 	fsys := fstest.MapFS{
-		"base/kustomization.yaml": file([]byte("resources: [bmc.yaml, plain.yaml]\nsecretGenerator:\n" +
+		"base/kustomization.yaml": file([]byte("resources: [bmc.yaml, plain.yaml, notes.yaml]\nsecretGenerator:\n" +
 			"- name: sealed\n  envs: [sealed.env]\n" +
 			"- name: mixed\n  envs: [sealed.env]\n  files: [note.txt]\n" +
 			"- name: nohash\n  envs: [sealed.env]\n  options: {disableNameSuffixHash: true}\n" +
 			"- name: bmc\n  envs: [sealed.env]\n- name: bmc-extra\n  files: [note.txt]\n")),
-		"base/bmc.yaml":              file(encryptSops(t, formatYAML, []byte(bmcSecret), "^(data|stringData)$", recipient{age: ageKey})),
-		"base/plain.yaml":            file([]byte("apiVersion: v1\nkind: Secret\nmetadata: {name: plain}\nstringData: {a: b}\n")),
+		"base/bmc.yaml":   file(encryptSops(t, formatYAML, []byte(bmcSecret), "^(data|stringData)$", recipient{age: ageKey})),
+		"base/plain.yaml": file([]byte("apiVersion: v1\nkind: Secret\nmetadata: {name: plain}\nstringData: {a: b}\n")),
+		// A plaintext document named like a generator reading only
+		// encrypted files is judged by its own file.
+		"base/notes.yaml":            file([]byte("apiVersion: v1\nkind: Secret\nmetadata: {name: sealed-notes}\nstringData: {a: b}\n")),
 		"base/sealed.env":            file(env),
 		"base/note.txt":              file([]byte("not encrypted\n")),
 		"overlay/kustomization.yaml": file([]byte("resources: [../base]\nnamePrefix: edge-\nnamespace: metal\n")),
 	}
 	// Names without the hash suffix.
-	want := map[string]bool{"edge-bmc-host-0": true, "edge-plain": false, "edge-sealed": true, "edge-mixed": false, "edge-nohash": true, "edge-bmc-extra": false, "edge-bmc": true}
+	want := map[string]bool{"edge-bmc-host-0": true, "edge-plain": false, "edge-sealed": true, "edge-mixed": false, "edge-nohash": true, "edge-bmc-extra": false, "edge-bmc": true, "edge-sealed-notes": false}
 	for _, tc := range []struct {
 		name string
 		keys *Keys

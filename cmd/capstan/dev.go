@@ -224,6 +224,9 @@ func (r *devRun) mgmt(ctx context.Context) error {
 	if err := ensureDevNamespace(ctx, c); err != nil {
 		return err
 	}
+	if err := ensureDevDecryptionKey(ctx, c, r.repo); err != nil {
+		return err
+	}
 	root, closeRoot, err := devRoot(ctx, p, r.repo, r.ws.Path("git"), f)
 	if err != nil {
 		return err

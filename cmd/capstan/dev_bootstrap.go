@@ -128,6 +128,10 @@ func (r *devRun) bootstrap(ctx context.Context) error {
 	if err := ensureDevNamespace(ctx, boot); err != nil {
 		return err
 	}
+	// The pivot copies it into the target with the deployment.
+	if err := ensureDevDecryptionKey(ctx, boot, r.repo); err != nil {
+		return err
+	}
 	root, closeRoot, err := devRoot(ctx, p, r.repo, r.ws.Path("git"), f)
 	if err != nil {
 		return err

@@ -1,56 +1,21 @@
 package main
 
 import (
-	"crypto/rand"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"filippo.io/age"
-	"github.com/getsops/sops/v3"
-	sopsaes "github.com/getsops/sops/v3/aes"
-	sopsage "github.com/getsops/sops/v3/age"
-	"github.com/getsops/sops/v3/config"
-	sopsyaml "github.com/getsops/sops/v3/stores/yaml"
+
+	"github.com/capstan-dev/capstan/internal/sopstest"
 )
 
 // encryptForAge encrypts a YAML file as `sops encrypt --age` does, with
-// the sops library, the fields matching regex.
+// the sops library (internal/sopstest), the fields matching regex.
 func encryptForAge(t *testing.T, plain, regex string, to *age.X25519Identity) string {
 	t.Helper()
-	st := sopsyaml.NewStore(&config.YAMLStoreConfig{})
-	branches, err := st.LoadPlainFile([]byte(plain))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dataKey := make([]byte, 32)
-	if _, err := rand.Read(dataKey); err != nil {
-		t.Fatal(err)
-	}
-	k, err := sopsage.MasterKeyFromRecipient(to.Recipient().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := k.Encrypt(dataKey); err != nil {
-		t.Fatal(err)
-	}
-	tree := sops.Tree{Branches: branches, Metadata: sops.Metadata{KeyGroups: []sops.KeyGroup{{k}}, EncryptedRegex: regex, Version: "3.13.3"}}
-	cipher := sopsaes.NewCipher()
-	mac, err := tree.Encrypt(dataKey, cipher)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tree.Metadata.LastModified = time.Now().UTC()
-	if tree.Metadata.MessageAuthenticationCode, err = cipher.Encrypt(mac, dataKey, tree.Metadata.LastModified.Format(time.RFC3339)); err != nil {
-		t.Fatal(err)
-	}
-	out, err := st.EmitEncryptedFile(tree)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(out)
+	return string(sopstest.MustEncrypt(t, sopstest.FormatYAML, []byte(plain), regex, sopstest.Age(to)))
 }
 
 // capstan render decrypts only with --decryption-key or
@@ -108,11 +73,4 @@ func TestRenderDecryptsOnlyWithAKey(t *testing.T) {
 	}
 }
 
-func newIdentity(t *testing.T) *age.X25519Identity {
-	t.Helper()
-	id, err := age.GenerateX25519Identity()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
+func newIdentity(t *testing.T) *age.X25519Identity { return sopstest.NewAgeKey(t) }

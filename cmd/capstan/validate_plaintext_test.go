@@ -1,58 +1,23 @@
 package main
 
 import (
-	"crypto/rand"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"filippo.io/age"
-	"github.com/getsops/sops/v3"
-	sopsaes "github.com/getsops/sops/v3/aes"
-	sopsage "github.com/getsops/sops/v3/age"
-	"github.com/getsops/sops/v3/stores/dotenv"
 
+	"github.com/capstan-dev/capstan/internal/sopstest"
 	"github.com/capstan-dev/capstan/stages/preflight"
 )
 
 // encryptDotenvForAge encrypts a dotenv file as `sops encrypt --age`
-// does, with the sops library.
+// does, with the sops library (internal/sopstest).
 func encryptDotenvForAge(t *testing.T, plain string, to *age.X25519Identity) string {
 	t.Helper()
-	st := &dotenv.Store{}
-	branches, err := st.LoadPlainFile([]byte(plain))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dataKey := make([]byte, 32)
-	if _, err := rand.Read(dataKey); err != nil {
-		t.Fatal(err)
-	}
-	k, err := sopsage.MasterKeyFromRecipient(to.Recipient().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := k.Encrypt(dataKey); err != nil {
-		t.Fatal(err)
-	}
-	tree := sops.Tree{Branches: branches, Metadata: sops.Metadata{KeyGroups: []sops.KeyGroup{{k}}, Version: "3.13.3"}}
-	cipher := sopsaes.NewCipher()
-	mac, err := tree.Encrypt(dataKey, cipher)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tree.Metadata.LastModified = time.Now().UTC()
-	if tree.Metadata.MessageAuthenticationCode, err = cipher.Encrypt(mac, dataKey, tree.Metadata.LastModified.Format(time.RFC3339)); err != nil {
-		t.Fatal(err)
-	}
-	out, err := st.EmitEncryptedFile(tree)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(out)
+	return string(sopstest.MustEncrypt(t, sopstest.FormatDotenv, []byte(plain), "", sopstest.Age(to)))
 }
 
 // capstan validate warns about each Secret committed in plaintext, naming

@@ -1,6 +1,7 @@
 package incluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"filippo.io/age"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -33,8 +35,10 @@ import (
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/internal/sim"
+	"github.com/capstan-dev/capstan/internal/sopstest"
 	"github.com/capstan-dev/capstan/internal/testenv"
 	"github.com/capstan-dev/capstan/reconciler"
+	"github.com/capstan-dev/capstan/render"
 	"github.com/capstan-dev/capstan/stages"
 	"github.com/capstan-dev/capstan/stages/pivot"
 )
@@ -57,6 +61,7 @@ type bootFlow struct {
 	bcfg         *rest.Config
 	kubeconfig   []byte // the target's, which the simulated KubeadmControlPlane writes
 	hostPassword string // the BMC and IAM passwords of the test's copy
+	demoKey      []byte // the examples' age key, which the copy is encrypted for
 	log          *syncBuffer
 	started      time.Time
 }
@@ -133,6 +138,9 @@ func TestBootstrapProfileHandsOverToThePod(t *testing.T) {
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: b.ns}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "git-auth", Namespace: b.ns},
 			StringData: map[string]string{"username": gitUser, "password": gitPassword}},
+		// The example's spec.decryption names it.
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sops-age", Namespace: b.ns},
+			Data: map[string][]byte{"demo.agekey": b.demoKey}},
 		b.cd,
 	} {
 		if err := b.bc.Create(ctx, obj); err != nil {
@@ -232,6 +240,29 @@ func exampleFlow(t *testing.T, ns string) *bootFlow {
 			t.Fatal(err)
 		}
 	}
+	// The example's credentials are sops-encrypted for the demo key: the
+	// test's copy is decrypted, rewritten below, and encrypted again for
+	// it before the commit, as an operator's `sops edit` would.
+	demoKeyFile, err := os.ReadFile("../../examples/DEMO-KEY-NOT-SECRET.agekey")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.demoKey = demoKeyFile
+	keys, err := render.ParseKeys(map[string][]byte{"demo.agekey": demoKeyFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	encrypted := map[string]bool{}
+	for file, content := range files {
+		if !sopstest.IsEncrypted([]byte(content)) {
+			continue
+		}
+		plain, err := render.DecryptFile(file, []byte(content), keys)
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		files[file], encrypted[file] = string(plain), true
+	}
 	const overlay = "clusters/bootstrap/overlay/"
 	rename := map[string][2]string{
 		overlay + "cluster/kustomization.yaml":   {"namespace: central", "namespace: " + b.clusterNS},
@@ -290,12 +321,20 @@ patches:
 `
 	// Secret values of the test's own, to look for in the logs.
 	replaced := 0
+	demoPassword := regexp.MustCompile(`password: demo-password-\S+`)
 	for file, content := range files {
-		replaced += strings.Count(content, "password: change-me")
-		files[file] = strings.ReplaceAll(content, "password: change-me", "password: "+b.hostPassword)
+		replaced += len(demoPassword.FindAllString(content, -1))
+		files[file] = demoPassword.ReplaceAllString(content, "password: "+b.hostPassword)
 	}
 	if replaced == 0 {
-		t.Fatal("the example's Secrets no longer say password: change-me")
+		t.Fatal("the example's Secrets no longer say password: demo-password-...")
+	}
+	ids, err := age.ParseIdentities(bytes.NewReader(demoKeyFile))
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("the demo key: %d identities, %v", len(ids), err)
+	}
+	for file := range encrypted {
+		files[file] = sopstest.EncryptSecretYAML(t, files[file], ids[0].(*age.X25519Identity))
 	}
 
 	repo := ns + "-" + randomHex(t) // one per run: -count=2 runs twice against one git server

@@ -94,6 +94,7 @@ func exampleDeployment(t *testing.T, ns string, vars map[string]string) *capstan
 		t.Fatalf("examples/clusters/mgmt/clusterdeployment.yaml: %v", err)
 	}
 	cd.Namespace = ns
+	createDemoKeySecret(t, ns) // its BMC credentials are encrypted for the demo key
 	maps.Copy(cd.Spec.Substitute, vars)
 	return cd
 }

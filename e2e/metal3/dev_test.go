@@ -2,11 +2,15 @@ package metal3
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/capstan-dev/capstan/stages"
 )
@@ -58,5 +62,20 @@ func TestDevWithRealProviders(t *testing.T) {
 			t.Fatalf("output does not show %s becoming ready after the stages before it:\n%s", s.Name, out)
 		}
 		at += i
+	}
+}
+
+// createDemoKeySecret creates in ns the Secret the example
+// ClusterDeployments name in spec.decryption, holding the examples' demo
+// age key, as capstan dev does in its own namespace.
+func createDemoKeySecret(t *testing.T, ns string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "examples", "DEMO-KEY-NOT-SECRET.agekey"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := newClient(t).Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sops-age", Namespace: ns},
+		Data: map[string][]byte{"demo.agekey": raw}}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -170,6 +170,7 @@ func writeDeployment(b *strings.Builder, d PlanCommentDeployment, details bool) 
 		writeErrors(b, d.Err)
 	}
 	writeStages(b, d.Diff)
+	writeSecrets(b, d.Diff)
 	writeProblems(b, d.Diff.Problems())
 	writeRollouts(b, d.Diff.Rollouts())
 	if details {

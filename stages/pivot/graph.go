@@ -188,7 +188,8 @@ type secretRef struct{ field, name string }
 // for the ClusterDeployment: its source's credentials and signature keys,
 // the kubeconfigs its stages use, and what it reports with (the forge
 // token of its pull request comments, the push credentials of its status
-// commits), which the Capstan in the target needs to go on.
+// commits) and the sops keys it decrypts with, which the Capstan in the
+// target needs to go on.
 func secretRefs(u *unstructured.Unstructured) []secretRef {
 	var fields [][]string
 	switch u.GetKind() {
@@ -202,6 +203,7 @@ func secretRefs(u *unstructured.Unstructured) []secretRef {
 			{"spec", "source", "oci", "secretRef", "name"}, {"spec", "source", "oci", "verify", "secretRef", "name"},
 			{"spec", "kubeConfig", "secretRef", "name"},
 			{"spec", "report", "pullRequests", "secretRef", "name"}, {"spec", "report", "gitStatus", "secretRef", "name"},
+			{"spec", "decryption", "secretRef", "name"},
 		}
 		stages, _, _ := unstructured.NestedSlice(u.Object, "spec", "stages")
 		var refs []secretRef

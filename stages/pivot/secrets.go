@@ -14,9 +14,14 @@ import (
 // HeldSecrets are the Secrets of cd's namespace that its walk reads in
 // the source until the handover: the credentials of its source, those it
 // reports with (the source's Capstan comments and commits its status until
-// then) and the bootstrap key (a new one would be one no machine holds).
+// then), the bootstrap key (a new one would be one no machine holds) and
+// the sops decryption keys (the target's Capstan renders the same
+// encrypted files).
 func HeldSecrets(cd *capstanv1.ClusterDeployment) []string {
 	names := []string{BootstrapKeySecret}
+	if d := cd.Spec.Decryption; d != nil && d.SecretRef.Name != "" {
+		names = append(names, d.SecretRef.Name)
+	}
 	if r := cd.Spec.Report; r != nil {
 		if r.PullRequests != nil {
 			names = append(names, r.PullRequests.SecretRef.Name)
