@@ -107,7 +107,7 @@ var _ report.Planner = (*prPlanner)(nil)
 // deployment's git credentials into the artifact cache, renders and plans
 // it as a reconcile would (within the daemon's render limits and slots),
 // and dry-runs the plan against the deployment's cluster.
-func (p *prPlanner) PlanHead(ctx context.Context, cd *capstanv1.ClusterDeployment, ref string) (report.PlanResult, error) {
+func (p *prPlanner) PlanHead(ctx context.Context, cd *capstanv1.ClusterDeployment, ref string, decrypt bool) (report.PlanResult, error) {
 	var res report.PlanResult
 	c := p.r.sources
 	in := RefFetch{Ref: ref, Limits: c.limits, CacheDir: c.store.Dir()}
@@ -142,7 +142,7 @@ func (p *prPlanner) PlanHead(ctx context.Context, cd *capstanv1.ClusterDeploymen
 	defer art.Remove()
 	res.Revision = art.Revision
 
-	plan, err := p.plan(ctx, cd, art.FS)
+	plan, err := p.plan(ctx, cd, art.FS, decrypt)
 	if err != nil {
 		if ctx.Err() != nil {
 			return res, err
@@ -176,7 +176,7 @@ func (p *prPlanner) PlanHead(ctx context.Context, cd *capstanv1.ClusterDeploymen
 // plan renders and plans a fetched tree within the daemon's limits and
 // render slots, with the bootstrap key substituted and the sops files
 // decrypted as a reconcile does.
-func (p *prPlanner) plan(ctx context.Context, cd *capstanv1.ClusterDeployment, fsys fs.FS) (*stages.Plan, error) {
+func (p *prPlanner) plan(ctx context.Context, cd *capstanv1.ClusterDeployment, fsys fs.FS, decrypt bool) (*stages.Plan, error) {
 	c := p.r.sources
 	opts := render.DefaultOptions()
 	opts.MaxFileBytes, opts.MaxBytes, opts.MaxObjects = c.opts.MaxFileBytes, c.opts.MaxRenderBytes, c.opts.MaxObjects
@@ -195,7 +195,14 @@ func (p *prPlanner) plan(ctx context.Context, cd *capstanv1.ClusterDeployment, f
 	// from the text, a copy in another object's field included
 	// (docs/secrets.md, Pull requests). A key Secret that is missing is
 	// the plan's error, as it would stall the merge.
-	if opts.Decrypt, err = p.r.decryptionKeys(ctx, cd); err != nil {
+	//
+	// A fork whose author the forge does not name trusted, planned because
+	// of forks: plan, gets no key (report.Planner): its files could route
+	// a decrypted value anywhere the plan shows, and the scrub misses
+	// short ones. Its encrypted files are the plan's error, saying so.
+	if !decrypt {
+		opts.Decrypt = &render.Keys{}
+	} else if opts.Decrypt, err = p.r.decryptionKeys(ctx, cd); err != nil {
 		return nil, err
 	}
 	select {
@@ -204,5 +211,15 @@ func (p *prPlanner) plan(ctx context.Context, cd *capstanv1.ClusterDeployment, f
 		return nil, ctx.Err()
 	}
 	defer func() { <-c.renders }()
-	return PlanTree(ctx, PlanInput{FS: fsys, Spec: cd.Spec, Live: cd, Render: opts})
+	plan, err := PlanTree(ctx, PlanInput{FS: fsys, Spec: cd.Spec, Live: cd, Render: opts})
+	if de := (*render.DecryptError)(nil); !decrypt && errors.As(err, &de) {
+		return nil, fmt.Errorf("%w: %w", errForkNotDecrypted, err)
+	}
+	return plan, err
 }
+
+// errForkNotDecrypted heads the plan error of a fork planned without the
+// decryption keys.
+var errForkNotDecrypted = errors.New("encrypted files are not decrypted for a pull request from a fork whose author the forge does not name " +
+	"the repository's owner, a member or a collaborator (forks: plan plans it without the keys); a maintainer can push its branch to this repository to have it planned with them")
+

@@ -32,7 +32,11 @@ type Planner interface {
 	// cannot be applied (render, plan and validation errors, which go in
 	// the comment). The error is for what a later try may get past (the
 	// fetch failed, the cluster did not answer): nothing is commented.
-	PlanHead(ctx context.Context, cd *capstanv1.ClusterDeployment, ref string) (PlanResult, error)
+	// decrypt says whether sops-encrypted files may be decrypted for this
+	// pull request: not for a fork whose author the forge does not name
+	// trusted (gateMember), who could route a decrypted value into what
+	// the plan shows.
+	PlanHead(ctx context.Context, cd *capstanv1.ClusterDeployment, ref string, decrypt bool) (PlanResult, error)
 }
 
 // PlanResult is the plan of a pull request's head for one deployment.

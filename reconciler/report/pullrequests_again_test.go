@@ -21,7 +21,7 @@ type flakyClusterPlanner struct {
 	unanswered int
 }
 
-func (p *flakyClusterPlanner) PlanHead(context.Context, *capstanv1.ClusterDeployment, string) (PlanResult, error) {
+func (p *flakyClusterPlanner) PlanHead(context.Context, *capstanv1.ClusterDeployment, string, bool) (PlanResult, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.calls++
@@ -87,7 +87,7 @@ type mergingPlanner struct {
 	merged bool
 }
 
-func (p *mergingPlanner) PlanHead(ctx context.Context, _ *capstanv1.ClusterDeployment, _ string) (PlanResult, error) {
+func (p *mergingPlanner) PlanHead(ctx context.Context, _ *capstanv1.ClusterDeployment, _ string, _ bool) (PlanResult, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.merged {

@@ -15,18 +15,28 @@ import (
 	"github.com/capstan-dev/capstan/reconciler/metrics"
 )
 
-// countingPlanner is shopPlanner, counting its plans.
+// countingPlanner is shopPlanner, counting its plans and remembering
+// whether each might decrypt.
 type countingPlanner struct {
 	shopPlanner
-	mu    sync.Mutex
-	calls int
+	mu       sync.Mutex
+	calls    int
+	decrypts []bool
 }
 
-func (p *countingPlanner) PlanHead(ctx context.Context, cd *capstanv1.ClusterDeployment, ref string) (PlanResult, error) {
+func (p *countingPlanner) PlanHead(ctx context.Context, cd *capstanv1.ClusterDeployment, ref string, decrypt bool) (PlanResult, error) {
 	p.mu.Lock()
 	p.calls++
+	p.decrypts = append(p.decrypts, decrypt)
 	p.mu.Unlock()
-	return p.shopPlanner.PlanHead(ctx, cd, ref)
+	return p.shopPlanner.PlanHead(ctx, cd, ref, decrypt)
+}
+
+// decrypted reports whether the latest plan might decrypt.
+func (p *countingPlanner) decrypted() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.decrypts) > 0 && p.decrypts[len(p.decrypts)-1]
 }
 
 func (p *countingPlanner) planned() int {

@@ -32,6 +32,11 @@ type memberGate struct {
 	plan bool
 	// hide leaves the values out of the member's part of the plan.
 	hide bool
+	// decrypt lets the member's plan decrypt sops files: a pull request
+	// from this repository's branches, or from a fork of an author the
+	// forge names trusted (who could push here anyway). A stranger's fork
+	// planned because of forks: plan is planned without the keys.
+	decrypt bool
 }
 
 // prGate is what the members of a group do with one pull request.
@@ -65,10 +70,11 @@ func gateOf(members []*capstanv1.ClusterDeployment, pr forge.PullRequest) prGate
 
 func gateMember(cd *capstanv1.ClusterDeployment, pr forge.PullRequest) memberGate {
 	spec := cd.Spec.Report.PullRequests
-	m := memberGate{cd: cd, plan: true, hide: spec.Values == capstanv1.ValuesHide}
+	m := memberGate{cd: cd, plan: true, hide: spec.Values == capstanv1.ValuesHide, decrypt: true}
 	if !pr.Fork {
 		return m
 	}
+	m.decrypt = pr.TrustedAuthor()
 	// Values are hidden from the plans of forks unless shown on purpose,
 	// the authors' association notwithstanding: a member of an
 	// organization may not be allowed to read the clusters.

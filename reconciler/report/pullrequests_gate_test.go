@@ -105,13 +105,20 @@ func TestPullRequestsFromForksAreGated(t *testing.T) {
 	if !strings.Contains(plan, "without their values") {
 		t.Errorf("the plan of a fork does not say its values are hidden:\n%s", plan)
 	}
+	if !planner.decrypted() {
+		t.Errorf("the collaborator's fork was planned without decryption; a collaborator could push here, so it decrypts")
+	}
 
-	// forks: plan plans a stranger's fork.
+	// forks: plan plans a stranger's fork, without the decryption keys:
+	// its author could route a decrypted value into what the plan shows.
 	other := f.forkPullRequest(ctx, "outsider")
 	f.tune(ctx, func(p *capstanv1.PullRequestReport) { p.Forks = capstanv1.ForksPlan })
 	f.until(ctx, w, other.Number, "the plan with forks: plan", func(b string) bool { return strings.HasPrefix(b, planHeading) })
 	if got := planner.planned(); got != 2 {
 		t.Errorf("planned %d times, want twice (the collaborator's and, with forks: plan, the stranger's)", got)
+	}
+	if planner.decrypted() {
+		t.Errorf("a stranger's fork was planned with decryption")
 	}
 }
 

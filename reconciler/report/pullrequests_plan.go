@@ -151,7 +151,7 @@ func (w *PullRequests) makePlan(ctx context.Context, d dueHead) (madePlan, error
 	in := PlanCommentInput{PRNumber: pr.Number}
 	for _, mg := range gate.plan {
 		cd := mg.cd
-		res, err := w.planner.PlanHead(ctx, cd, pr.HeadFetchRef)
+		res, err := w.planner.PlanHead(ctx, cd, pr.HeadFetchRef, mg.decrypt)
 		if err != nil {
 			return m, fmt.Errorf("plan %s for ClusterDeployment %s/%s: %w", pr.HeadFetchRef, cd.Namespace, cd.Name, err)
 		}

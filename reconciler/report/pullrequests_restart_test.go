@@ -67,7 +67,7 @@ func stopShared() error {
 // reconciler's, which this package does not import.
 type shopPlanner struct{ diff *stages.PlanDiff }
 
-func (p shopPlanner) PlanHead(context.Context, *capstanv1.ClusterDeployment, string) (PlanResult, error) {
+func (p shopPlanner) PlanHead(context.Context, *capstanv1.ClusterDeployment, string, bool) (PlanResult, error) {
 	return PlanResult{Diff: p.diff}, nil
 }
 
