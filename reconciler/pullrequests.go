@@ -222,4 +222,3 @@ func (p *prPlanner) plan(ctx context.Context, cd *capstanv1.ClusterDeployment, f
 // decryption keys.
 var errForkNotDecrypted = errors.New("encrypted files are not decrypted for a pull request from a fork whose author the forge does not name " +
 	"the repository's owner, a member or a collaborator (forks: plan plans it without the keys); a maintainer can push its branch to this repository to have it planned with them")
-
