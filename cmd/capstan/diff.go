@@ -62,6 +62,7 @@ func (f *diffFlags) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.render.root, "root", "", rootFlagUsage)
 	fs.StringVarP(&f.render.deployment, "cluster-deployment", "f", "", "ClusterDeployment file whose path, substitutions and stages to use; its live namesake gives the inventory")
 	fs.StringArrayVar(&f.render.substitute, "substitute", nil, "VAR=value for ${VAR} substitution (repeatable)")
+	f.render.bindDecryptionKey(fs)
 	fs.StringVar(&f.deployment, "deployment", "", "NAMESPACE/NAME of the live ClusterDeployment whose spec (path, profile, substitutions) and inventory to use")
 	fs.Int64Var(&f.pr, "pr", 0, "plan the head of this open pull request (GitLab: merge request) of --deployment's repository instead of PATH")
 	fs.StringVar(&f.tokenEnv, "token-env", "", "with --pr: the environment variable holding the forge token (default: the deployment's spec.report.pullRequests.secretRef)")
@@ -321,9 +322,42 @@ func getDeployment(ctx context.Context, c client.Client, o stages.Owner) (*capst
 // plan renders the deployment's path and builds its plan, as the
 // reconciler does.
 func (f *diffFlags) plan(ctx context.Context, t diffTarget) (*stages.Plan, error) {
-	return reconciler.PlanTree(ctx, reconciler.PlanInput{
-		FS: os.DirFS(f.render.root), Where: f.render.root, Spec: t.spec, Live: t.live, Render: render.DefaultOptions(),
+	opts, err := f.renderOptions()
+	if err != nil {
+		return nil, err
+	}
+	plan, err := reconciler.PlanTree(ctx, reconciler.PlanInput{
+		FS: os.DirFS(f.render.root), Where: f.render.root, Spec: t.spec, Live: t.live, Render: opts,
 	})
+	return plan, keyHint(err)
+}
+
+// keyHint adds to a render that found encrypted files without a key what
+// the command needs.
+func keyHint(err error) error {
+	var de *render.DecryptError
+	if errors.As(err, &de) && de.Reason == render.ReasonDecryptionKeyMissing {
+		return fmt.Errorf("%w; for capstan diff, give --decryption-key FILE (or $%s)", err, sopsAgeKeyFileEnv)
+	}
+	return err
+}
+
+// renderOptions are the render's options: sops files decrypted with
+// --decryption-key (or $SOPS_AGE_KEY_FILE), in memory. The diff hides the
+// values of what was decrypted, whatever its kind, as it hides Secrets'.
+// Without a key an encrypted file is an error that says which key to
+// give, as in the daemon: its ciphertext would be no diff of anything.
+func (f *diffFlags) renderOptions() (render.Options, error) {
+	opts := render.DefaultOptions()
+	keys, err := f.render.keys()
+	if err != nil {
+		return opts, err
+	}
+	if keys == nil {
+		keys = &render.Keys{}
+	}
+	opts.Decrypt = keys
+	return opts, nil
 }
 
 // lineWidth is the width to wrap at: --width, else the terminal's, else

@@ -15,7 +15,6 @@ import (
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
 	"github.com/capstan-dev/capstan/reconciler"
 	"github.com/capstan-dev/capstan/reconciler/report/forge"
-	"github.com/capstan-dev/capstan/render"
 	"github.com/capstan-dev/capstan/sources/git"
 	"github.com/capstan-dev/capstan/stages"
 )
@@ -86,7 +85,12 @@ func (f *diffFlags) pullRequestPlan(ctx context.Context, c client.Client, t diff
 	}
 	defer art.Remove()
 	fmt.Fprintf(errOut, "pull request #%d %q: %s\n", pr.Number, pr.Title, art.Revision)
-	return reconciler.PlanTree(ctx, reconciler.PlanInput{FS: art.FS, Spec: t.spec, Live: cd, Render: render.DefaultOptions()})
+	opts, err := f.renderOptions()
+	if err != nil {
+		return nil, err
+	}
+	plan, err := reconciler.PlanTree(ctx, reconciler.PlanInput{FS: art.FS, Spec: t.spec, Live: cd, Render: opts})
+	return plan, keyHint(err)
 }
 
 // forgeCredentials reads the forge token from --token-env, else the token

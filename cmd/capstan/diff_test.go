@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	capstanv1 "github.com/capstan-dev/capstan/api/v1alpha1"
+	"github.com/capstan-dev/capstan/internal/sopstest"
 	"github.com/capstan-dev/capstan/internal/testenv"
 	"github.com/capstan-dev/capstan/reconciler"
 	"github.com/capstan-dev/capstan/render"
@@ -205,6 +207,39 @@ func TestDiffCommand(t *testing.T) {
 			if err := os.WriteFile("../../reconciler/report/testdata/plan/shop.json", []byte(out), 0o644); err != nil {
 				t.Fatal(err)
 			}
+		}
+	})
+
+	t.Run("--decryption-key decrypts sops files in memory; their values stay hidden", func(t *testing.T) {
+		id := sopstest.NewAgeKey(t)
+		root := t.TempDir()
+		const password = "decrypted-bmc-password"
+		files := map[string]string{
+			"sops/kustomization.yaml": "resources: [bmc.yaml]\n",
+			"sops/bmc.yaml": sopstest.EncryptSecretYAML(t,
+				"apiVersion: v1\nkind: Secret\nmetadata: {name: sops-bmc, namespace: capstan-system}\nstringData: {password: "+password+"}\n", id),
+			"key.agekey": string(sopstest.AgeKeyFile(id)),
+		}
+		for name, content := range files {
+			if err := os.MkdirAll(filepath.Join(root, filepath.Dir(name)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, err := runCLI(t, "diff", "--root", root, "--kubeconfig", kubeconfig, "--decryption-key", filepath.Join(root, "key.agekey"), "sops")
+		if code := exitCode(err); code != diffExitChanges {
+			t.Fatalf("exit code %d (%v), want %d; output:\n%s", code, err, diffExitChanges, out)
+		}
+		if !strings.Contains(out, "+ Secret capstan-system/sops-bmc") || strings.Contains(out, password) || strings.Contains(out, "ENC[") || strings.Contains(out, "invalid") {
+			t.Errorf("the diff of a decrypted Secret: want it created, without its value, ciphertext or a problem:\n%s", out)
+		}
+		// Without the key: an error naming the file and what to give,
+		// not a diff of ciphertext.
+		out, err = runCLI(t, "diff", "--root", root, "--kubeconfig", kubeconfig, "sops")
+		if code := exitCode(err); code != diffExitError || !strings.Contains(err.Error(), "bmc.yaml") || !strings.Contains(err.Error(), "--decryption-key") {
+			t.Errorf("without the key: exit %d, %v; want exit %d naming bmc.yaml and --decryption-key\n%s", code, err, diffExitError, out)
 		}
 	})
 
