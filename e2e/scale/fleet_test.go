@@ -31,6 +31,9 @@ type fleet struct {
 	// on the Ready fleet: its look at what it did not walk itself (a dry
 	// run of every object), then f.idle more intervals.
 	restart bool
+	// limits measures the plain and validated limits of the fleet's
+	// objects first, in the same run (measureLimits).
+	limits bool
 }
 
 // fleetResult is what a run measured.
@@ -62,6 +65,8 @@ type fleetResult struct {
 	// restart is what a second daemon, started on the Ready fleet, did
 	// (fleet.restart): its look at every object, then idle intervals.
 	restart *restartResult
+	// limits are the API server's own, when fleet.limits.
+	limits limits
 }
 
 // restartResult is what the daemon started on a Ready fleet measured.
@@ -120,6 +125,10 @@ func runFleet(t testing.TB, f fleet) fleetResult {
 		t.Fatal(err)
 	}
 	t.Logf("pushed %d overlays of %d ConfigMaps in %s", f.deployments, f.objects, time.Since(begin).Round(time.Millisecond))
+	var lim limits
+	if f.limits {
+		lim = measureLimits(t, f)
+	}
 	c, err := client.New(env.Config, client.Options{Scheme: reconciler.Scheme()})
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +144,7 @@ func runFleet(t testing.TB, f fleet) fleetResult {
 	begin = time.Now()
 	createDeployments(t, c, ns, url, f)
 	t.Logf("created %d ClusterDeployments in %s", f.deployments, time.Since(begin).Round(time.Millisecond))
-	var res fleetResult
+	res := fleetResult{limits: lim}
 	res.ready, res.toReady = waitAllReady(t, c, d, ns, f, begin)
 	res.toReadyRequests, _, res.toReadyBy = proxy.snapshot().since(start)
 	if res.ready < f.deployments {

@@ -1,6 +1,10 @@
 package scale
 
 import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -54,13 +58,14 @@ func TestFleetIsReadyAndIdle(t *testing.T) {
 //
 //	go test -run '^$' -bench ThousandDeployments -benchtime 1x -timeout 60m ./e2e/scale/
 func BenchmarkThousandDeployments(b *testing.B) {
-	f := fleet{deployments: 1000, objects: 20, interval: 30 * time.Second, idle: 3, deadline: 30 * time.Minute, restart: true}
+	f := fleet{deployments: 1000, objects: 20, interval: 30 * time.Second, idle: 3, deadline: 30 * time.Minute, restart: true, limits: true}
 	for range b.N {
 		r := runFleet(b, f)
 		if r.ready < f.deployments {
 			b.Fatalf("%d of %d deployments Ready", r.ready, f.deployments)
 		}
 		logResult(b, f, r)
+		reportAgainstLimits(b, f, r)
 		b.ReportMetric(r.toReady.Seconds(), "s-to-ready")
 		b.ReportMetric(float64(r.mem.peak>>20), "peak-MiB")
 		b.ReportMetric(100*r.idleCPU(), "idle-cpu-%")
@@ -70,4 +75,48 @@ func BenchmarkThousandDeployments(b *testing.B) {
 		b.ReportMetric(float64(r.restart.peak>>20), "restart-peak-MiB")
 		b.ReportMetric(float64(r.restart.idle)/float64(f.idle), "restart-api-req/interval")
 	}
+}
+
+// BenchmarkFleetCurve is the fleet at several sizes, each beside the
+// limits of its own objects (issue 29: the growth must be linear):
+//
+//	CAPSTAN_FLEET_SIZES=100,1000,3000 go test -run '^$' -bench FleetCurve -benchtime 1x -timeout 120m ./e2e/scale/
+func BenchmarkFleetCurve(b *testing.B) {
+	sizes := os.Getenv("CAPSTAN_FLEET_SIZES")
+	if sizes == "" {
+		sizes = "100,1000,3000"
+	}
+	for _, s := range strings.Split(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			b.Fatalf("CAPSTAN_FLEET_SIZES: %q is not a positive number", s)
+		}
+		b.Run(fmt.Sprintf("deployments=%d", n), func(b *testing.B) {
+			f := fleet{deployments: n, objects: 20, interval: 30 * time.Second, idle: 1, deadline: 60 * time.Minute, limits: true}
+			for range b.N {
+				r := runFleet(b, f)
+				if r.ready < f.deployments {
+					b.Fatalf("%d of %d deployments Ready", r.ready, f.deployments)
+				}
+				logResult(b, f, r)
+				reportAgainstLimits(b, f, r)
+			}
+		})
+	}
+}
+
+// reportAgainstLimits reports a fleet run's time to all Ready against the
+// limits measured in the same run, and its requests per deployment.
+func reportAgainstLimits(b *testing.B, f fleet, r fleetResult) {
+	b.Helper()
+	b.ReportMetric(r.toReady.Seconds(), "s-to-ready")
+	b.ReportMetric(r.limits.plain.Seconds(), "s-plain-limit")
+	b.ReportMetric(r.limits.validated.Seconds(), "s-validated-limit")
+	if r.limits.validated > 0 {
+		b.ReportMetric(float64(r.toReady)/float64(r.limits.validated), "x-validated")
+		b.ReportMetric(float64(r.toReady)/float64(r.limits.plain), "x-plain")
+	}
+	b.ReportMetric(float64(r.toReadyRequests)/float64(f.deployments), "req/deployment")
+	b.ReportMetric(float64(r.mem.peak>>20), "peak-MiB")
+	b.ReportMetric(100*r.idleCPU(), "idle-cpu-%")
 }
